@@ -1,0 +1,111 @@
+"""The Starlette application and how it is served on Trio (Hypercorn).
+
+Every error leaves as ``{"error": {"code", "message"}}``; an unexpected
+exception is logged (without request data) and answered 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from bothy_notify.api import events, ops, registrations, threads
+from bothy_notify.api.context import ApiContext
+from bothy_notify.api.errors import ApiError, error_response
+
+log = logging.getLogger("bothy.api")
+
+Handler = Callable[[ApiContext, Request], Awaitable[Response]]
+
+
+def _bind(ctx: ApiContext, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(ctx, request)
+        except ApiError as exc:
+            return exc.response()
+
+    endpoint.__name__ = handler.__name__
+    return endpoint
+
+
+DEVICE_ROUTES: list[tuple[str, Handler, list[str]]] = [
+    ("/v1/registrations", registrations.post_registration, ["POST"]),
+    ("/v1/registrations", registrations.list_registrations, ["GET"]),
+    ("/v1/registrations/{registration_id}", registrations.delete_registration, ["DELETE"]),
+    ("/v1/threads/{thread_id}/read", threads.put_read, ["PUT"]),
+]
+PRODUCER_ROUTES: list[tuple[str, Handler, list[str]]] = [
+    ("/v1/events", events.post_events, ["POST"]),
+]
+OPERATOR_ROUTES: list[tuple[str, Handler, list[str]]] = [
+    ("/healthz", ops.healthz, ["GET"]),
+    ("/readyz", ops.readyz, ["GET"]),
+    ("/metrics", ops.metrics, ["GET"]),
+]
+
+
+def build_app(
+    ctx: ApiContext,
+    *,
+    operator_only: bool = False,
+    extra_routes: list[tuple[str, Handler, list[str]]] | None = None,
+) -> Starlette:
+    """The ASGI app. ``operator_only`` (role ``worker``) serves just health and metrics."""
+    table = list(OPERATOR_ROUTES)
+    if not operator_only:
+        table = DEVICE_ROUTES + PRODUCER_ROUTES + (extra_routes or []) + table
+    routes = [Route(path, _bind(ctx, fn), methods=methods) for path, fn, methods in table]
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        message = {404: "no such endpoint", 405: "method not allowed"}.get(
+            exc.status_code, "the request cannot be served"
+        )
+        return error_response(exc.status_code, code, message)
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        log.error("unexpected error in a request", extra={"error_type": type(exc).__name__})
+        return error_response(500, "internal", "an internal error occurred")
+
+    return Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: http_error, Exception: server_error},
+    )
+
+
+async def serve_api(
+    app: Starlette,
+    listen: str,
+    *,
+    shutdown: trio.Event,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` on ``listen`` until ``shutdown`` is set.
+
+    ``task_status.started`` gets the bound ``host:port`` (port 0 picks a free one).
+    """
+    config = HypercornConfig()
+    config.bind = [listen]
+    config.accesslog = None
+    config.errorlog = None
+    config.graceful_timeout = 5.0
+    # Clients such as load balancers keep connections for long; never force a reconnect.
+    config.keep_alive_max_requests = 1_000_000
+
+    async def run(*, task_status: trio.TaskStatus[list[str]]) -> None:
+        await serve(app, config, shutdown_trigger=shutdown.wait, task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(run)
+        task_status.started(binds[0].removeprefix("http://"))

@@ -1,0 +1,100 @@
+"""What the HTTP handlers share: store, verifier, configuration, clock, metrics."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+
+from bothy_notify.api.errors import ApiError, bad_json, too_large
+from bothy_notify.auth import AuthError, DeviceClaims, ProducerClaims, TokenVerifier
+from bothy_notify.config import Config
+from bothy_notify.kernel.clock import Clock
+from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.store import registrations as regs
+from bothy_notify.store.db import Database
+from bothy_notify.store.events import EventValidator
+
+
+@dataclass
+class ApiContext:
+    """Collaborators of the HTTP API.
+
+    ``readiness`` answers which parts of this node are running (``/readyz``).
+    ``registration_check`` validates a registration for its provider
+    (returns the bad field and problem, or ``None``).
+    """
+
+    db: Database
+    verifier: TokenVerifier
+    config: Config
+    clock: Clock
+    metrics: Metrics
+    validator: EventValidator
+    provider_names: frozenset[str]
+    readiness: Callable[[], Mapping[str, bool]] = field(default=lambda: {})
+    registration_check: Callable[..., Awaitable[tuple[str, str] | None]] | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return "ApiContext()"
+
+
+def bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "unauthorized", "a bearer token is required")
+    return token.strip()
+
+
+async def device_claims(ctx: ApiContext, request: Request) -> DeviceClaims:
+    """Verify the device token and create or update its device row; refuse a revoked one."""
+    try:
+        claims = ctx.verifier.device(bearer(request))
+    except AuthError as exc:
+        raise ApiError(401, "unauthorized", "the token is missing, invalid or expired") from exc
+    state = await ctx.db.run(
+        lambda c: regs.ensure_device(
+            c,
+            user_id=claims.user_id,
+            device_id=claims.device_id,
+            platform=claims.platform,
+            principal_kind=claims.kind,
+        )
+    )
+    if state == "revoked":
+        raise ApiError(403, "device_revoked", "this device has been revoked")
+    return claims
+
+
+def producer_claims(ctx: ApiContext, request: Request) -> ProducerClaims:
+    try:
+        return ctx.verifier.producer(bearer(request))
+    except AuthError as exc:
+        status = 403 if exc.code == "forbidden" else 401
+        message = (
+            "the token lacks scope events:write"
+            if status == 403
+            else "the token is missing, invalid or expired"
+        )
+        raise ApiError(status, exc.code, message) from exc
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request body as JSON; 413 above ``limit`` bytes, 400 when malformed."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large()
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > limit:
+            raise too_large()
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise bad_json() from None

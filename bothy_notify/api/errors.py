@@ -1,0 +1,38 @@
+"""API errors: ``{"error": {"code", "message"}}`` with constant messages.
+
+A message never echoes a token, secret, URL or ID; a 422 names the field.
+"""
+
+from __future__ import annotations
+
+from starlette.responses import JSONResponse
+
+
+class ApiError(Exception):
+    """An error answer. ``message`` must be constant text (field names allowed)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+    def response(self) -> JSONResponse:
+        return error_response(self.status, self.code, self.message)
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
+
+
+def bad_json() -> ApiError:
+    return ApiError(400, "bad_json", "the body is not valid JSON")
+
+
+def invalid(field: str, problem: str) -> ApiError:
+    return ApiError(422, "invalid", f"{field}: {problem}")
+
+
+def too_large(message: str = "the request body is too large") -> ApiError:
+    return ApiError(413, "too_large", message)

@@ -1,0 +1,26 @@
+"""Operator endpoints: liveness, readiness, metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from bothy_notify.api.context import ApiContext
+
+
+async def healthz(ctx: ApiContext, request: Request) -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(ctx: ApiContext, request: Request) -> JSONResponse:
+    checks = {"database": await ctx.db.ping()}
+    checks.update(ctx.readiness())
+    ready = all(checks.values())
+    return JSONResponse(
+        {"status": "ready" if ready else "not_ready", "checks": checks}, 200 if ready else 503
+    )
+
+
+async def metrics(ctx: ApiContext, request: Request) -> Response:
+    return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,110 @@
+"""Push registrations of the calling device (SPEC section 9)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from bothy_notify.api.context import ApiContext, device_claims, read_json
+from bothy_notify.api.errors import invalid
+from bothy_notify.kernel.ids import is_valid_id
+from bothy_notify.store import registrations as regs
+
+ENVIRONMENTS = ("sandbox", "production")
+_TOKEN_MAX = 4096
+_APNS_TOKEN = re.compile(r"^[0-9a-fA-F]{64,200}$")
+_PLAIN_TOKEN = re.compile(r"^[\x21-\x7e]{1,4096}$")
+_FIELDS = {"provider", "token", "environment", "app_id", "signing_key"}
+
+
+async def post_registration(ctx: ApiContext, request: Request) -> JSONResponse:
+    claims = await device_claims(ctx, request)
+    body = await read_json(request, ctx.config.server.max_body_bytes)
+    fields = await _validate(ctx, body)
+    now = ctx.clock.now()
+    registration, created = await ctx.db.run(
+        lambda c: regs.upsert(
+            c,
+            user_id=claims.user_id,
+            device_id=claims.device_id,
+            provider=fields["provider"],
+            token=fields["token"],
+            environment=fields.get("environment"),
+            app_id=fields.get("app_id"),
+            signing_key=fields.get("signing_key"),
+            now=now,
+        )
+    )
+    return JSONResponse(registration.public(), 201 if created else 200)
+
+
+async def list_registrations(ctx: ApiContext, request: Request) -> JSONResponse:
+    claims = await device_claims(ctx, request)
+    found = await ctx.db.run(lambda c: regs.list_for(c, claims.user_id))
+    return JSONResponse({"registrations": [r.public() for r in found]})
+
+
+async def delete_registration(ctx: ApiContext, request: Request) -> Response:
+    claims = await device_claims(ctx, request)
+    registration_id = request.path_params["registration_id"]
+    if len(registration_id) <= 128:
+        await ctx.db.run(lambda c: regs.delete(c, claims.user_id, registration_id))
+    return Response(status_code=204)
+
+
+async def _validate(ctx: ApiContext, body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise invalid("(body)", "expected an object")
+    for name in sorted(set(body) - _FIELDS):
+        raise invalid(name if re.fullmatch(r"[a-z_]{1,40}", name) else "(body)", "unknown field")
+    provider = body.get("provider")
+    if provider is None:
+        raise invalid("provider", "required")
+    if not isinstance(provider, str) or provider not in ctx.provider_names:
+        raise invalid("provider", "not a configured provider")
+    token = body.get("token")
+    if token is None:
+        raise invalid("token", "required")
+    if not isinstance(token, str) or not token or len(token) > _TOKEN_MAX:
+        raise invalid("token", "expected a non-empty string of at most 4096 characters")
+    environment = body.get("environment")
+    if environment is not None and environment not in ENVIRONMENTS:
+        raise invalid("environment", "expected sandbox or production")
+    app_id = body.get("app_id")
+    if app_id is not None and not is_valid_id(app_id):
+        raise invalid("app_id", "does not have the required form")
+    signing_key = body.get("signing_key")
+    if provider == "apns":
+        if not _APNS_TOKEN.fullmatch(token):
+            raise invalid("token", "expected an APNs device token (hex)")
+        environment = environment or "production"
+    elif provider == "webhook":
+        if signing_key is None:
+            raise invalid("signing_key", "required for a webhook")
+        if not isinstance(signing_key, str) or not 16 <= len(_b64(signing_key)) <= 64:
+            raise invalid("signing_key", "expected base64 of 16 to 64 bytes")
+    elif not _PLAIN_TOKEN.fullmatch(token):
+        raise invalid("token", "does not have the required form")
+    if provider != "webhook" and signing_key is not None:
+        raise invalid("signing_key", "only webhooks take a signing key")
+    if ctx.registration_check is not None:
+        problem = await ctx.registration_check(provider, token)
+        if problem is not None:
+            raise invalid(*problem)
+    out = {"provider": provider, "token": token, "environment": environment, "app_id": app_id}
+    if signing_key is not None:
+        out["signing_key"] = signing_key
+    return out
+
+
+def _b64(text: str) -> bytes:
+    value = text.removeprefix("whsec_")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return b""

@@ -1,0 +1,174 @@
+"""JWT verification for devices (HTTP API and gateway) and producers.
+
+Tokens are verified with PyJWT against the configured keys: signature,
+``exp`` (required), ``nbf`` when present, issuer and audience when configured,
+with ``auth.leeway`` of clock skew. A device token names its person (``sub``),
+device (``did``), platform (``plat``) and principal kind (``kind``); a token
+acts only for its own ``sub``. A producer token carries ``scope`` containing
+``events:write``.
+
+Errors (never carrying the token or any claim value)::
+
+    AuthError          401: missing, malformed, expired or badly signed
+    └── ScopeError     403: valid, but not allowed to do this
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import jwt
+
+from bothy_notify.config import AuthConfig, JwtAlgorithm
+from bothy_notify.kernel.ids import is_valid_id
+
+PLATFORMS = ("ios", "android", "macos", "windows", "linux", "web")
+PRINCIPAL_KINDS = ("user", "agent", "app")
+EVENTS_WRITE = "events:write"
+
+
+class AuthError(Exception):
+    """The token cannot be used (HTTP 401, gateway close 4001)."""
+
+    code = "unauthorized"
+
+
+class ScopeError(AuthError):
+    """The token is valid but lacks the right (HTTP 403)."""
+
+    code = "forbidden"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClaims:
+    """Who a device token speaks for. The repr shows no IDs."""
+
+    user_id: str
+    device_id: str
+    platform: str
+    kind: str
+
+    @property
+    def is_human(self) -> bool:
+        return self.kind == "user"
+
+    def __repr__(self) -> str:
+        return f"DeviceClaims(platform={self.platform!r}, kind={self.kind!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerClaims:
+    subject: str
+    scopes: frozenset[str]
+
+    def __repr__(self) -> str:
+        return f"ProducerClaims(scopes={sorted(self.scopes)!r})"
+
+
+class TokenVerifier:
+    """Verifies tokens against ``auth.*``; safe to share across tasks."""
+
+    def __init__(self, config: AuthConfig) -> None:
+        self._config = config
+        self._algorithms = [a.value for a in config.algorithms]
+        self._keys: list[tuple[str, str, Any]] = []
+        for key in config.keys:
+            material: Any = key.key.reveal()
+            if key.algorithm is not JwtAlgorithm.HS256:
+                material = jwt.algorithms.get_default_algorithms()[
+                    key.algorithm.value
+                ].prepare_key(material)
+            self._keys.append((key.algorithm.value, key.kid, material))
+        self._leeway = config.leeway
+
+    def __repr__(self) -> str:
+        return f"TokenVerifier(keys={len(self._keys)})"
+
+    def decode(self, token: str, *, now: datetime | None = None) -> Mapping[str, Any]:
+        """Verify ``token`` and return its claims. Raises :class:`AuthError`."""
+        if not token or len(token) > 16_384:
+            raise AuthError("missing or oversized token")
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise AuthError("malformed token") from None
+        alg = header.get("alg")
+        if alg not in self._algorithms:
+            raise AuthError("token algorithm not accepted")
+        kid = header.get("kid") or ""
+        candidates = [
+            material
+            for key_alg, key_kid, material in self._keys
+            if key_alg == alg and (not key_kid or not kid or hmac.compare_digest(key_kid, kid))
+        ]
+        if not candidates:
+            raise AuthError("no key for this token")
+        options: dict[str, Any] = {"require": ["exp"], "verify_aud": bool(self._config.audience)}
+        kwargs: dict[str, Any] = {}
+        if self._config.audience:
+            kwargs["audience"] = self._config.audience
+        if self._config.issuer:
+            kwargs["issuer"] = self._config.issuer
+            options["require"] = ["exp", "iss"]
+        last: Exception | None = None
+        for material in candidates:
+            try:
+                return jwt.decode(  # type: ignore[no-any-return]
+                    token,
+                    material,
+                    algorithms=[alg],
+                    options=options,
+                    leeway=self._leeway,
+                    **kwargs,
+                )
+            except jwt.InvalidSignatureError as exc:
+                last = exc
+            except jwt.ExpiredSignatureError:
+                raise AuthError("token expired") from None
+            except jwt.ImmatureSignatureError:
+                raise AuthError("token not yet valid") from None
+            except jwt.PyJWTError:
+                raise AuthError("invalid token") from None
+        raise AuthError("bad token signature") from last
+
+    def device(self, token: str) -> DeviceClaims:
+        """Verify a device token (``sub``, ``did``, ``plat``, ``kind``)."""
+        claims = self.decode(token)
+        sub, did, plat = claims.get("sub"), claims.get("did"), claims.get("plat")
+        kind = claims.get("kind", "user")
+        if not (is_valid_id(sub) and is_valid_id(did)):
+            raise AuthError("token lacks a valid sub or did")
+        if plat not in PLATFORMS or kind not in PRINCIPAL_KINDS:
+            raise AuthError("token lacks a valid plat or kind")
+        assert isinstance(sub, str) and isinstance(did, str) and isinstance(plat, str)
+        return DeviceClaims(sub, did, plat, str(kind))
+
+    def producer(self, token: str) -> ProducerClaims:
+        """Verify a producer token; raises :class:`ScopeError` without ``events:write``."""
+        claims = self.decode(token)
+        scope = claims.get("scope", "")
+        scopes = frozenset(scope.split()) if isinstance(scope, str) else frozenset()
+        if EVENTS_WRITE not in scopes:
+            raise ScopeError("token lacks scope events:write")
+        return ProducerClaims(str(claims.get("sub", "")), scopes)
+
+
+def mint_token(
+    key: str,
+    claims: Mapping[str, Any],
+    *,
+    lifetime: timedelta = timedelta(hours=12),
+    algorithm: str = "HS256",
+    now: datetime | None = None,
+    headers: Mapping[str, Any] | None = None,
+) -> str:
+    """Sign a token (``dev-token``, the demo, tests). Adds ``iat`` and ``exp``."""
+    issued = now or datetime.now(UTC)
+    body = dict(claims)
+    body.setdefault("iat", int(issued.timestamp()))
+    body.setdefault("exp", int((issued + lifetime).timestamp()))
+    return jwt.encode(body, key, algorithm=algorithm, headers=dict(headers or {}))

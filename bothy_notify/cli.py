@@ -1,0 +1,153 @@
+"""The ``bothy-notify`` command line.
+
+Commands: ``run``, ``migrate``, ``check-config``, ``dev-token``, ``secret set``,
+``push test``, ``demo``. Every command takes ``--config FILE`` (default: the
+``BOTHY_NOTIFY_CONFIG`` environment variable, else built-in defaults).
+Exit codes: 0 success, 1 the command failed, 2 bad usage or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+import trio
+
+from bothy_notify.config import Config, ConfigError, Role, load_config
+from bothy_notify.logs import setup_logging
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bothy-notify", description="Bothy Notify: a self-hosted notification daemon."
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE", help="the TOML configuration file")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", parents=[common], help="run the daemon")
+    run.add_argument("--role", choices=[r.value for r in Role], help="override server.role")
+    sub.add_parser("migrate", parents=[common], help="apply database migrations")
+    sub.add_parser("check-config", parents=[common], help="load and check the configuration")
+
+    dev = sub.add_parser(
+        "dev-token", parents=[common], help="mint a device JWT for trying things (dev only)"
+    )
+    dev.add_argument("--user", required=True)
+    dev.add_argument("--device", required=True)
+    dev.add_argument(
+        "--platform", required=True, choices=["ios", "android", "macos", "windows", "linux", "web"]
+    )
+    dev.add_argument("--kind", default="user", choices=["user", "agent", "app"])
+    dev.add_argument("--scope", default="", help="add a scope claim (e.g. events:write)")
+    dev.add_argument("--hours", type=float, default=12.0, help="lifetime in hours")
+
+    secret = sub.add_parser("secret", help="manage the secret store")
+    secret_sub = secret.add_subparsers(dest="secret_command", required=True, metavar="ACTION")
+    secret_set = secret_sub.add_parser(
+        "set", parents=[common], help="store a secret read from standard input"
+    )
+    secret_set.add_argument("name", help="the secret's name (used as secret:NAME)")
+
+    push = sub.add_parser("push", help="push provider tools")
+    push_sub = push.add_subparsers(dest="push_command", required=True, metavar="ACTION")
+    push_test = push_sub.add_parser(
+        "test", parents=[common], help="send a test hint to every device of a person"
+    )
+    push_test.add_argument("--user", required=True)
+
+    demo = sub.add_parser("demo", parents=[common], help="a guided scenario on the embedded database")
+    demo.add_argument("--delay", default="3s", help="the desktop delay used by the demo")
+    return parser
+
+
+def _config_path(args: argparse.Namespace) -> str | None:
+    return getattr(args, "config", None) or os.environ.get("BOTHY_NOTIFY_CONFIG") or None
+
+
+def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
+    out = stdout or sys.stdout
+    args = _parser().parse_args(argv)
+    path = _config_path(args)
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        print(f"bothy-notify: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.command == "check-config":
+        print(f"configuration OK ({path or 'built-in defaults'}); role {config.server.role}",
+              file=out)
+        return EXIT_OK
+    setup_logging(config.log)
+    from bothy_notify import commands
+
+    try:
+        if args.command == "run":
+            return _run(config, args.role)
+        if args.command == "migrate":
+            return commands.migrate_command(config, out)
+        if args.command == "dev-token":
+            return commands.dev_token_command(config, args, out)
+        if args.command == "secret":
+            return commands.secret_set_command(config, args.name, sys.stdin, out)
+        if args.command == "push":
+            return commands.push_test_command(config, args.user, out)
+        if args.command == "demo":
+            from bothy_notify.demo import run_demo
+
+            return run_demo(config, args.delay, out)
+    except ConfigError as exc:
+        print(f"bothy-notify: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except commands.CommandError as exc:
+        print(f"bothy-notify: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_USAGE
+
+
+def _run(config: Config, role: str | None) -> int:
+    from dataclasses import replace
+
+    from bothy_notify.wiring import Daemon
+
+    if role is not None:
+        config = replace(config, server=replace(config.server, role=Role(role)))
+    daemon = Daemon(config, gateway_factory=_gateway_factory())
+
+    async def main_task() -> None:
+        async with trio.open_nursery() as nursery:
+            addresses = await nursery.start(daemon.run)
+            print(
+                f"bothy-notify running (role {config.server.role}): API http://{addresses.api}"
+                + (f", gateway ws://{addresses.gateway}/v1/gateway" if addresses.gateway else ""),
+                file=sys.stderr,
+                flush=True,
+            )
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    print("bothy-notify: shutting down", file=sys.stderr, flush=True)
+                    daemon.request_shutdown()
+                    break
+
+    trio.run(main_task)
+    return EXIT_OK
+
+
+def _gateway_factory() -> object:
+    try:
+        from gateway.service import build_gateway
+    except ImportError:
+        return None
+    return build_gateway
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
+
+

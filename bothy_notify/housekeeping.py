@@ -1,0 +1,113 @@
+"""Housekeeping on nodes that run jobs.
+
+- every tick: jobs whose lease ran out (a crashed runner) become available
+  again; queue depth and lag metrics;
+- hourly (and once at start): prune finished jobs after ``jobs.retention``,
+  invalidate registrations not renewed within ``push.registration_ttl``, delete
+  invalidated registrations after ``push.invalidated_retention``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+import trio
+
+from bothy_notify.config import Config
+from bothy_notify.kernel.clock import Clock
+from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.store import jobs as queue
+from bothy_notify.store import registrations as regs
+from bothy_notify.store.db import Conn, Database, StoreError
+
+log = logging.getLogger("bothy.housekeeping")
+
+SWEEP_EVERY = 3600.0
+"""Seconds between sweeps: apps register on every launch, so an hourly sweep is plenty."""
+TICK_MAX = 5.0
+"""Longest pause between lease rescues and metric samples, in seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    jobs_pruned: int
+    registrations_expired: int
+    registrations_deleted: int
+
+
+def sweep(conn: Conn, now: datetime, config: Config) -> SweepResult:
+    """The hourly work, in one transaction."""
+    return SweepResult(
+        jobs_pruned=queue.prune(conn, now - config.jobs.retention),
+        registrations_expired=regs.sweep_unrenewed(conn, now, config.push.registration_ttl),
+        registrations_deleted=regs.delete_invalidated(
+            conn, now - config.push.invalidated_retention
+        ),
+    )
+
+
+class Housekeeper:
+    """The housekeeping service."""
+
+    def __init__(self, *, db: Database, clock: Clock, config: Config, metrics: Metrics) -> None:
+        self._db = db
+        self._clock = clock
+        self._config = config
+        self._metrics = metrics
+
+    def __repr__(self) -> str:
+        return "Housekeeper()"
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        tick = min(TICK_MAX, max(0.05, self._config.jobs.lease.total_seconds() / 2))
+        last_sweep = -SWEEP_EVERY
+        task_status.started()
+        while True:
+            try:
+                await self.tick()
+                if time.monotonic() - last_sweep >= SWEEP_EVERY:
+                    last_sweep = time.monotonic()
+                    await self.sweep_now()
+            except (StoreError, psycopg.Error):
+                log.warning("housekeeping could not reach the database")
+            await trio.sleep(tick)
+
+    async def tick(self) -> None:
+        now = self._clock.now()
+
+        def work(conn: Conn) -> tuple[tuple[int, int], dict[tuple[str, str], int], float]:
+            rescued = queue.rescue_expired(conn, now)
+            counts, lag = queue.depth(conn, now)
+            return rescued, counts, lag
+
+        (again, failed), counts, lag = await self._db.run(work)
+        if again or failed:
+            log.warning(
+                "jobs whose lease ran out were rescued",
+                extra={"rescued": again, "failed": failed},
+            )
+        self._metrics.jobs_depth.clear()
+        for (kind, state), n in counts.items():
+            self._metrics.jobs_depth.labels(kind, state).set(n)
+        self._metrics.jobs_lag_seconds.set(lag)
+
+    async def sweep_now(self) -> SweepResult:
+        now = self._clock.now()
+        result = await self._db.run(lambda c: sweep(c, now, self._config))
+        if result.registrations_expired:
+            self._metrics.registrations_invalidated.labels("not_renewed").inc(
+                result.registrations_expired
+            )
+        log.info(
+            "housekeeping sweep",
+            extra={
+                "jobs_pruned": result.jobs_pruned,
+                "registrations_expired": result.registrations_expired,
+                "registrations_deleted": result.registrations_deleted,
+            },
+        )
+        return result

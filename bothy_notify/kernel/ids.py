@@ -1,0 +1,61 @@
+"""Identifiers: the shape of app IDs and the UUIDv7 IDs the daemon makes.
+
+App IDs (users, devices, threads, messages, scopes) are opaque strings of 1 to
+128 characters from ``[A-Za-z0-9._:-]``, so an app can keep its own. IDs the
+daemon makes (``nid``, envelope ``id``) are UUIDv7: time-ordered, so they sort
+by creation and index well.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+import uuid
+
+ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+_ID_RE = re.compile(ID_PATTERN)
+
+_lock = threading.Lock()
+_last_ms = 0
+_counter = 0
+
+
+def is_valid_id(value: object) -> bool:
+    """Whether ``value`` is a string of the app ID shape."""
+    return isinstance(value, str) and _ID_RE.fullmatch(value) is not None
+
+
+def uuid7() -> uuid.UUID:
+    """A new UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then random bits.
+
+    Within one millisecond a 12-bit counter keeps IDs of this process
+    increasing; when it runs out the timestamp is borrowed from the next
+    millisecond, so IDs never go backwards.
+    """
+    global _last_ms, _counter
+    with _lock:
+        ms = time.time_ns() // 1_000_000
+        if ms <= _last_ms:
+            _counter += 1
+            if _counter > 0xFFF:
+                _last_ms += 1
+                _counter = 0
+            ms = _last_ms
+        else:
+            _last_ms = ms
+            _counter = int.from_bytes(os.urandom(2), "big") & 0x3FF
+        counter = _counter
+    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76
+    value |= counter << 64
+    value |= 0b10 << 62
+    value |= rand
+    return uuid.UUID(int=value)
+
+
+def new_id() -> str:
+    """A new UUIDv7 as its canonical string."""
+    return str(uuid7())

@@ -1,0 +1,133 @@
+"""The metrics registry: every Prometheus metric the daemon exports, in one place.
+
+Each daemon instance owns one :class:`Metrics` with its own
+:class:`~prometheus_client.CollectorRegistry`, so two instances in one process
+(tests) never share counters. Label values are closed sets (reasons,
+providers, outcomes, phases, job kinds): never a person, device, thread, token
+or URL.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+# The *_created series double every counter's output and no dashboard reads them.
+disable_created_metrics()
+
+SKIP_REASONS = (
+    "no_access",
+    "preference",
+    "read",
+    "active_in_thread",
+    "no_registration",
+    "expired",
+)
+"""Why a hint or a send stopped; the values of ``bothy_push_skipped_total{reason}``."""
+
+_DELIVERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600)
+
+
+class Metrics:
+    """All metrics of one daemon instance."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.push_skipped = Counter(
+            "bothy_push_skipped", "Hints or sends that stopped, by reason.", ["reason"], registry=r
+        )
+        for reason in SKIP_REASONS:
+            self.push_skipped.labels(reason)
+        self.push_sends = Counter(
+            "bothy_push_sends",
+            "Provider sends by provider and outcome.",
+            ["provider", "outcome"],
+            registry=r,
+        )
+        self.delivery_seconds = Histogram(
+            "bothy_delivery_seconds",
+            "From the event's append to the frame written or the provider's answer.",
+            ["route"],
+            buckets=_DELIVERY_BUCKETS,
+            registry=r,
+        )
+        self.gateway_connections = Gauge(
+            "bothy_gateway_connections", "Gateway connections by phase.", ["phase"], registry=r
+        )
+        self.gateway_dropped = Counter(
+            "bothy_gateway_dropped",
+            "Ephemeral frames dropped by the gateway, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.gateway_closed = Counter(
+            "bothy_gateway_closed",
+            "Gateway connections closed, by close code.",
+            ["code"],
+            registry=r,
+        )
+        self.hints = Counter(
+            "bothy_hints", "Hints decided with at least one route, by kind class.", ["kind"],
+            registry=r,
+        )
+        self.hints_coalesced = Counter(
+            "bothy_hints_coalesced",
+            "Messages folded into an open coalescing window instead of a hint.",
+            registry=r,
+        )
+        self.events_appended = Counter(
+            "bothy_events_appended", "Events appended through the HTTP API.", registry=r
+        )
+        self.events_consumed = Counter(
+            "bothy_events_consumed", "Events the consumer round applied and decided.", registry=r
+        )
+        self.consumer_holder = Gauge(
+            "bothy_consumer_holder", "1 on the node holding the consumer round.", registry=r
+        )
+        self.consumer_lag_events = Gauge(
+            "bothy_consumer_lag_events", "Events appended but not yet consumed.", registry=r
+        )
+        self.consumer_lag_seconds = Gauge(
+            "bothy_consumer_lag_seconds",
+            "Age of the oldest event not yet consumed (0 when caught up).",
+            registry=r,
+        )
+        self.jobs_depth = Gauge(
+            "bothy_jobs_depth", "Jobs in the queue by kind and state.", ["kind", "state"],
+            registry=r,
+        )
+        self.jobs_lag_seconds = Gauge(
+            "bothy_jobs_lag_seconds",
+            "How long the oldest due job has waited past its scheduled time.",
+            registry=r,
+        )
+        self.jobs_finished = Counter(
+            "bothy_jobs_finished", "Job attempts finished, by kind and result.", ["kind", "result"],
+            registry=r,
+        )
+        self.registrations_invalidated = Counter(
+            "bothy_registrations_invalidated",
+            "Push registrations invalidated, by cause.",
+            ["cause"],
+            registry=r,
+        )
+
+    def skip(self, reason: str, amount: int = 1) -> None:
+        """Count ``amount`` skips with ``reason`` (one of :data:`SKIP_REASONS`)."""
+        if amount:
+            self.push_skipped.labels(reason).inc(amount)
+
+    def skipped(self, reason: str) -> float:
+        """The current value of ``bothy_push_skipped_total{reason}`` (tests, demo)."""
+        return self.push_skipped.labels(reason)._value.get()
+
+    def render(self) -> bytes:
+        """The registry in the Prometheus text format."""
+        return generate_latest(self.registry)

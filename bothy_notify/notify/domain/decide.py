@@ -1,0 +1,167 @@
+"""The decision for one hint and one recipient (SPEC section 6).
+
+The rules, in the order they apply:
+
+1. Not a human, inactive, or no read access: skip ``no_access``.
+   The kind's category is switched off, or the follow level says no:
+   skip ``preference``. (``security`` cannot be switched off; ``none``
+   silences a thread even for mentions; ``mentions`` lets only mentions
+   through.) The read position is at or past the message: skip ``read``.
+2. Coalescing: a message hint for a (recipient, thread) whose window is open
+   folds into it and routes nothing now; the window's flush decides later.
+3. Active in the thread: some live connection focuses the thread and is not
+   idle: skip ``active_in_thread``; no device hears about it.
+4. Every device with a live connection gets a ``gateway`` route.
+5. Every other device with active push registrations gets a ``push`` route,
+   ``push_delayed`` by the mobile delay while a ``macos`` or ``windows``
+   device is live and not idle; only hints that point at a message wait.
+6. No route at all: skip ``no_registration``.
+7. A message hint that was routed opens a coalescing window (unless the
+   window length is zero or it is itself a flush).
+
+The author (actor) is never a recipient: :func:`decide` refuses to route to
+them with ``no_access``, and candidate selection leaves them out before.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from bothy_notify.config import Level
+from bothy_notify.notify.domain.model import (
+    DESKTOP_PLATFORMS,
+    Decision,
+    Delivery,
+    Fold,
+    Hint,
+    Kind,
+    Policy,
+    RecipientFacts,
+    Route,
+    Skip,
+    SkipReason,
+    Via,
+    Window,
+)
+from bothy_notify.notify.domain.window import fold_into, open_window
+
+_MESSAGE_KINDS = frozenset({Kind.MESSAGE.value, Kind.MENTION.value})
+
+
+def effective_kind(hint: Hint, facts: RecipientFacts) -> tuple[str, str] | None:
+    """The (kind, category) this recipient hears ``hint`` as, or ``None`` if they opted out.
+
+    A message hint becomes ``mention`` for a mentioned recipient whose level is
+    not ``none`` and whose ``mentions`` category is on; otherwise ``message``
+    when the level is ``all`` and ``messages`` is on.
+    """
+    off = facts.categories_off
+    if hint.kind in _MESSAGE_KINDS:
+        if facts.level is Level.NONE:
+            return None
+        mentioned = hint.kind == Kind.MENTION or facts.user_id in hint.mentions
+        if mentioned and "mentions" not in off:
+            return Kind.MENTION.value, "mentions"
+        if facts.level is Level.ALL and "messages" not in off:
+            return Kind.MESSAGE.value, "messages"
+        return None
+    if hint.kind == Kind.SECURITY:
+        return hint.kind, hint.category
+    if hint.category in off:
+        return None
+    return hint.kind, hint.category
+
+
+def release_delayed(release_seq: int, read_position: int) -> bool:
+    """Whether a delayed push may still go out: the person has not read that far."""
+    return release_seq <= 0 or read_position < release_seq
+
+
+def decide(
+    hint: Hint,
+    facts: RecipientFacts,
+    policy: Policy,
+    *,
+    window: Window | None = None,
+    now: datetime,
+) -> Decision:
+    """Decide how ``facts.user_id`` hears about ``hint``.
+
+    Args:
+        hint: the hint.
+        facts: the recipient's facts at this point of the log.
+        policy: the configured delay and coalescing window.
+        window: the recipient's coalescing window for the hint's thread, if any.
+        now: the round's time (windows open and close relative to it).
+
+    Returns:
+        :class:`Skip` with a reason, :class:`Fold` into an open window, or
+        :class:`Delivery` with at least one route.
+    """
+    user = facts.user_id
+    if user == hint.actor_id or not (facts.human and facts.active and facts.has_access):
+        return Skip(user, SkipReason.NO_ACCESS)
+    chosen = effective_kind(hint, facts)
+    if chosen is None:
+        return Skip(user, SkipReason.PREFERENCE)
+    kind, category = chosen
+    if hint.message_seq > 0 and facts.read_position >= hint.message_seq:
+        return Skip(user, SkipReason.READ)
+
+    coalescing = (
+        not hint.is_flush
+        and hint.thread_id is not None
+        and hint.message_id is not None
+        and hint.message_seq > 0
+        and policy.coalesce_window > timedelta(0)
+    )
+    if coalescing and window is not None and window.is_open(now):
+        return Fold(user, fold_into(window, hint.message_seq, hint.message_id or "",
+                                    mentioned=kind == Kind.MENTION))
+
+    if hint.thread_id is not None and any(
+        hint.thread_id in entry.focus and not entry.idle for entry in facts.presence
+    ):
+        return Skip(user, SkipReason.ACTIVE_IN_THREAD)
+
+    excluded = hint.target_id if hint.kind == Kind.SECURITY else None
+    routes: list[Route] = []
+    live: set[str] = set()
+    for entry in facts.presence:
+        if entry.device_id in live or entry.device_id == excluded:
+            continue
+        live.add(entry.device_id)
+        routes.append(Route(Via.GATEWAY, entry.device_id))
+
+    desktop_active = any(
+        entry.platform in DESKTOP_PLATFORMS and not entry.idle for entry in facts.presence
+    )
+    delay = (
+        policy.mobile_delay
+        if desktop_active and hint.message_seq > 0 and policy.mobile_delay > timedelta(0)
+        else timedelta(0)
+    )
+    for device in facts.devices:
+        if device.device_id in live or device.device_id == excluded or not device.registrations:
+            continue
+        if delay:
+            routes.append(Route(Via.PUSH_DELAYED, device.device_id, device.registrations, delay))
+        else:
+            routes.append(Route(Via.PUSH, device.device_id, device.registrations))
+
+    if not routes:
+        return Skip(user, SkipReason.NO_REGISTRATION)
+
+    if hint.count is not None:
+        count = hint.count
+    elif hint.message_seq > 0:
+        count = max(1, hint.message_seq - facts.read_position)
+    else:
+        count = 1
+    opens = (
+        open_window(now, policy.coalesce_window, hint.message_seq, hint.message_id or "")
+        if coalescing
+        else None
+    )
+    quiet = hint.quiet and kind != Kind.MENTION if not hint.is_flush else hint.quiet
+    return Delivery(user, kind, category, count, quiet, tuple(routes), opens)

@@ -1,0 +1,80 @@
+"""Hints from events: which event raises which hint, and who its recipients are.
+
+Pure functions over event payloads; the round adds the facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bothy_notify.kernel.ids import new_id
+from bothy_notify.notify.domain.model import BUILTIN_KIND_CATEGORY, Hint, Kind
+
+
+@dataclass(frozen=True, slots=True)
+class HintRequest:
+    """A hint with an explicit recipient list (everything but ``message.created``)."""
+
+    hint: Hint
+    recipients: tuple[str, ...]
+    idempotency_key: str | None = None
+
+
+def message_hint(payload: Mapping[str, Any]) -> Hint:
+    """The hint of a ``message.created`` event (recipients come from follows)."""
+    return Hint(
+        nid=new_id(),
+        kind=Kind.MESSAGE.value,
+        category=BUILTIN_KIND_CATEGORY[Kind.MESSAGE],
+        thread_id=payload["thread_id"],
+        message_id=payload["message_id"],
+        message_seq=int(payload["thread_seq"]),
+        actor_id=payload["author_id"],
+        mentions=frozenset(payload.get("mentions") or ()),
+    )
+
+
+def security_hint(payload: Mapping[str, Any]) -> HintRequest:
+    """A device entered ``pending``: tell the person's other devices."""
+    return HintRequest(
+        Hint(
+            nid=new_id(),
+            kind=Kind.SECURITY.value,
+            category=BUILTIN_KIND_CATEGORY[Kind.SECURITY],
+            target_id=payload["device_id"],
+        ),
+        (payload["user_id"],),
+    )
+
+
+def admin_hint(payload: Mapping[str, Any]) -> HintRequest:
+    """``access.expiring``: an admin hint without a thread to that person."""
+    return HintRequest(
+        Hint(
+            nid=new_id(),
+            kind=Kind.ADMIN.value,
+            category=BUILTIN_KIND_CATEGORY[Kind.ADMIN],
+            target_id=payload["target_id"],
+        ),
+        (payload["user_id"],),
+    )
+
+
+def requested_hint(payload: Mapping[str, Any]) -> HintRequest:
+    """``hint.requested``: the app names kind, category and recipients; never the actor."""
+    actor = payload.get("actor_id")
+    recipients = tuple(dict.fromkeys(r for r in payload["recipients"] if r != actor))
+    return HintRequest(
+        Hint(
+            nid=new_id(),
+            kind=payload["kind"],
+            category=payload["category"],
+            thread_id=payload.get("thread_id"),
+            target_id=payload.get("target_id"),
+            actor_id=actor,
+        ),
+        recipients,
+        payload.get("idempotency_key"),
+    )

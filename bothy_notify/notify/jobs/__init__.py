@@ -1,0 +1,1 @@
+"""The notify job handlers: ``notify.push_send``, ``notify.gateway_send``, ``notify.flush``."""

@@ -1,0 +1,82 @@
+"""Job arguments of the notify jobs: IDs and integers only, never text.
+
+Each args type turns into the JSON object stored in ``bothy.jobs.args``
+(:meth:`to_args`) and back (:meth:`from_args`). Booleans travel as 0/1 and
+times as Unix microseconds, so a test can walk every job's args and find
+nothing but IDs and integers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Self
+
+PUSH_SEND = "notify.push_send"
+GATEWAY_SEND = "notify.gateway_send"
+FLUSH = "notify.flush"
+
+
+class _Args:
+    """Conversion shared by the args types: drop ``None``, bools as 0/1."""
+
+    def to_args(self) -> dict[str, int | str]:
+        out: dict[str, int | str] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[f.name] = int(value) if isinstance(value, bool) else value
+        return out
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> Self:
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.name in args:
+                value = args[f.name]
+                kwargs[f.name] = bool(value) if f.type in ("bool", bool) else value
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class PushSendArgs(_Args):
+    """``notify.push_send``: one registration; ``release_seq`` > 0 for a delayed push."""
+
+    nid: str
+    user_id: str
+    registration_id: str
+    kind: str
+    count: int
+    quiet: bool
+    due_at: int
+    appended_at: int
+    release_seq: int = 0
+    thread_id: str | None = None
+    message_id: str | None = None
+    target_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySendArgs(_Args):
+    """``notify.gateway_send``: one per (hint, recipient)."""
+
+    nid: str
+    user_id: str
+    kind: str
+    count: int
+    quiet: bool
+    due_at: int
+    appended_at: int
+    thread_id: str | None = None
+    message_id: str | None = None
+    target_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlushArgs(_Args):
+    """``notify.flush``: the end of the window of (user, thread) opened at ``opened_at``."""
+
+    user_id: str
+    thread_id: str
+    opened_at: int

@@ -1,0 +1,94 @@
+"""``notify.flush``: the end of a coalescing window (SPEC section 6, point 6).
+
+In one transaction: take the window (it may have been replaced by a newer one,
+then nothing happens); when messages were folded in and the thread is still
+unread, decide one hint with count = the unread count, with the presence of
+this moment, and insert its jobs. Nothing when it was read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from bothy_notify.config import Config
+from bothy_notify.kernel.clock import Clock, from_unix_micros
+from bothy_notify.kernel.ids import new_id
+from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.presence import PresenceView
+from bothy_notify.notify.domain import Window, flush_hint
+from bothy_notify.notify.jobs.args import FLUSH, FlushArgs
+from bothy_notify.notify.planner import Decider, RoundOutcome
+from bothy_notify.notify.routes import LiveRoutes
+from bothy_notify.runner import Done, Report
+from bothy_notify.store import facts
+from bothy_notify.store import jobs as queue
+from bothy_notify.store.db import Conn, Database
+from bothy_notify.store.jobs import Job
+
+
+class FlushHandler:
+    """Runs ``notify.flush`` jobs."""
+
+    kind = FLUSH
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        clock: Clock,
+        config: Config,
+        presence: PresenceView,
+        live: LiveRoutes,
+        metrics: Metrics,
+    ) -> None:
+        self._db = db
+        self._clock = clock
+        self._config = config
+        self._presence = presence
+        self._live = live
+        self._metrics = metrics
+
+    def __repr__(self) -> str:
+        return "FlushHandler()"
+
+    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
+        for job in jobs:
+            args = FlushArgs.from_args(job.args)
+            now = self._clock.now()
+            outcome, result = await self._db.run(lambda c, a=args, t=now: self._flush(c, a, t))
+            for reason, n in outcome.skips.items():
+                self._metrics.skip(reason, n)
+            for kind, n in outcome.hints.items():
+                self._metrics.hints.labels(kind).inc(n)
+            await report(job, Done(result))
+
+    def _flush(self, conn: Conn, args: FlushArgs, now: datetime) -> tuple[RoundOutcome, str]:
+        outcome = RoundOutcome()
+        row = conn.execute(
+            "DELETE FROM bothy.hint_windows WHERE user_id = %s AND thread_id = %s"
+            " AND opened_at = %s RETURNING opened_at, closes_at, count, first_seq, newest_seq,"
+            " newest_message_id, mention",
+            (args.user_id, args.thread_id, from_unix_micros(args.opened_at)),
+        ).fetchone()
+        if row is None:
+            return outcome, "replaced"
+        window = Window(*row)
+        info = facts.threads(conn, [args.thread_id]).get(args.thread_id)
+        position = facts.read_position(conn, args.user_id, args.thread_id)
+        hint = flush_hint(
+            window,
+            nid=new_id(),
+            thread_id=args.thread_id,
+            read_position=position,
+            last_message_seq=info.last_message_seq if info else 0,
+        )
+        if hint is None:
+            return outcome, "nothing_unread"
+        decider = Decider(
+            conn, now=now, config=self._config, presence=self._presence, live=self._live,
+            outcome=outcome,
+        )
+        decider.decide_group([(hint, [args.user_id], now)], windows_on=False)
+        queue.insert(conn, outcome.jobs, now)
+        return outcome, "flushed" if outcome.jobs else "skipped"

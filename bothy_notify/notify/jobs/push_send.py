@@ -1,0 +1,211 @@
+"""``notify.push_send``: one push to one registration.
+
+Checks, in one transaction for the whole claimed batch (SPEC section 7):
+
+1. The registration is still active and still the recipient's: else skip
+   ``no_registration``.
+2. The hint is not older than ``push.max_age``: else skip ``expired``.
+3. The recipient is an active human with read access to the thread now: else
+   skip ``no_access``.
+4. Release check, only for a delayed push (``release_seq > 0``): the read
+   position reached ``release_seq``: skip ``read``. An immediate push reads
+   nothing extra, and a delayed push re-evaluates nothing else.
+
+Then the provider send, outside any transaction, and its outcome applied to the
+registration together with the job's result (token lifecycle, SPEC section 10).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import trio
+
+from bothy_notify.config import PushConfig
+from bothy_notify.kernel.clock import Clock, from_unix_micros
+from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.notify.domain import SkipReason, release_delayed
+from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs
+from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
+from bothy_notify.push.registry import Providers
+from bothy_notify.runner import Done, JobResult, Report, retry_or_fail
+from bothy_notify.store import facts
+from bothy_notify.store import registrations as regs
+from bothy_notify.store.db import Conn, Database
+from bothy_notify.store.jobs import Job
+
+log = logging.getLogger("bothy.notify.push_send")
+
+
+@dataclass(frozen=True, slots=True)
+class _Send:
+    args: PushSendArgs
+    target: Target
+    failure_count: int
+
+
+def access_now(conn: Conn, pairs: set[tuple[str, str | None]]) -> set[tuple[str, str | None]]:
+    """The (user, thread) pairs whose user is an active human with access now.
+
+    A pair without a thread needs only an active human (hints without a thread
+    go to that person alone).
+    """
+    users = {u for u, _t in pairs}
+    people = facts.people(conn, users)
+    thread_ids = {t for _u, t in pairs if t}
+    infos = facts.threads(conn, thread_ids)
+    scopes = {s for info in infos.values() for s in info.scopes}
+    members = facts.memberships(conn, users, scopes)
+    ok: set[tuple[str, str | None]] = set()
+    for user, thread in pairs:
+        person = people.get(user, facts.UNKNOWN_PERSON)
+        if not (person.human and person.active):
+            continue
+        if thread is None:
+            ok.add((user, thread))
+            continue
+        info = infos.get(thread)
+        if info is not None and any((user, s) in members for s in info.scopes):
+            ok.add((user, thread))
+    return ok
+
+
+def hint_age_exceeded(due_at_micros: int, now: datetime, config: PushConfig) -> bool:
+    return now - from_unix_micros(due_at_micros) > config.max_age
+
+
+class PushSendHandler:
+    """Runs ``notify.push_send`` jobs."""
+
+    kind = PUSH_SEND
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        providers: Providers,
+        clock: Clock,
+        config: PushConfig,
+        metrics: Metrics,
+        catalogue_version: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        self._db = db
+        self._providers = providers
+        self._clock = clock
+        self._config = config
+        self._metrics = metrics
+        self._mv = catalogue_version
+
+    def __repr__(self) -> str:
+        return "PushSendHandler()"
+
+    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
+        now = self._clock.now()
+        parsed = {job.id: PushSendArgs.from_args(job.args) for job in jobs}
+        plans = await self._db.run(lambda c: self._check(c, parsed, now))
+        async with trio.open_nursery() as nursery:
+            for job in jobs:
+                plan = plans[job.id]
+                if isinstance(plan, SkipReason):
+                    self._metrics.skip(plan.value)
+                    await report(job, Done(f"skipped_{plan.value}"))
+                else:
+                    nursery.start_soon(self._send, job, plan, report)
+
+    def _check(
+        self, conn: Conn, parsed: dict[int, PushSendArgs], now: datetime
+    ) -> dict[int, _Send | SkipReason]:
+        loaded = regs.load(conn, {a.registration_id for a in parsed.values()})
+        pairs = {(a.user_id, a.thread_id) for a in parsed.values()}
+        allowed = access_now(conn, pairs)
+        plans: dict[int, _Send | SkipReason] = {}
+        for job_id, a in parsed.items():
+            found = loaded.get(a.registration_id)
+            if found is None or found[0].invalidated_at is not None or found[0].user_id != a.user_id:
+                plans[job_id] = SkipReason.NO_REGISTRATION
+                continue
+            if hint_age_exceeded(a.due_at, now, self._config):
+                plans[job_id] = SkipReason.EXPIRED
+                continue
+            if (a.user_id, a.thread_id) not in allowed:
+                plans[job_id] = SkipReason.NO_ACCESS
+                continue
+            if a.release_seq > 0 and a.thread_id is not None:
+                position = facts.read_position(conn, a.user_id, a.thread_id)
+                if not release_delayed(a.release_seq, position):
+                    plans[job_id] = SkipReason.READ
+                    continue
+            reg, platform = found
+            plans[job_id] = _Send(
+                a,
+                Target(
+                    registration_id=reg.id,
+                    user_id=reg.user_id,
+                    provider=reg.provider,
+                    token=reg.token,
+                    platform=platform,
+                    environment=reg.environment,
+                    app_id=reg.app_id,
+                    signing_key=reg.signing_key,
+                ),
+                reg.failure_count,
+            )
+        return plans
+
+    async def _send(self, job: Job, plan: _Send, report: Report) -> None:
+        a = plan.args
+        message = PushMessage(
+            nid=a.nid,
+            kind=a.kind,
+            count=a.count,
+            quiet=a.quiet,
+            thread_id=a.thread_id,
+            message_id=a.message_id,
+            target_id=a.target_id,
+            mv=self._mv(),
+        )
+        outcome = await self._providers.send(plan.target, message)
+        self._metrics.push_sends.labels(plan.target.provider, outcome.kind.value).inc()
+        if outcome.kind is not OutcomeKind.TRANSIENT:
+            route = "push_delayed" if a.release_seq > 0 else "push"
+            self._metrics.delivery_seconds.labels(route).observe(
+                max(0.0, time.time() - a.appended_at / 1_000_000)
+            )
+        await report(job, self.result_for(job, plan, outcome))
+
+    def result_for(self, job: Job, plan: _Send, outcome: Outcome) -> JobResult:
+        """The job result and registration effect of one outcome (token lifecycle)."""
+        reg_id = plan.target.registration_id
+        reason = outcome.reason or outcome.kind.value
+        if outcome.kind is OutcomeKind.DELIVERED:
+            return Done("delivered", lambda c, now: regs.mark_delivered(c, reg_id, now))
+        if outcome.kind is OutcomeKind.DEAD:
+            self._metrics.registrations_invalidated.labels("dead").inc()
+            return Done("dead", lambda c, now: regs.mark_dead(c, reg_id, reason, now))
+        if outcome.kind in (OutcomeKind.MISMATCH, OutcomeKind.REJECTED):
+            if outcome.kind is OutcomeKind.MISMATCH:
+                log.warning(
+                    "push provider says the token belongs to another app or environment;"
+                    " check the shipped build's environment and topic, not the device",
+                    extra={
+                        "provider": plan.target.provider,
+                        "environment": plan.target.environment or "unset",
+                        "reason": reason,
+                    },
+                )
+            return Done(
+                outcome.kind.value, lambda c, now: regs.mark_error(c, reg_id, reason, now)
+            )
+        max_strikes = self._config.max_strikes
+
+        def strike(c: Conn, now: datetime) -> None:
+            if regs.add_strike(c, reg_id, reason, max_strikes, now):
+                self._metrics.registrations_invalidated.labels("strikes").inc()
+
+        if plan.failure_count + 1 >= max_strikes:
+            return Done("transient_invalidated", strike)
+        return retry_or_fail(job, reason, outcome.retry_after, strike)

@@ -1,0 +1,275 @@
+"""One consumer round's work on one batch: projections and decisions in log order.
+
+:class:`RoundPlanner` runs in a worker thread inside the round's transaction.
+Consecutive ``message.created`` events are decided as one group with a handful
+of bulk reads; every other event is a barrier: the pending group is decided
+first, then the event's projection applies, then its own hint (if any) is
+decided, so each decision sees the facts of its place in the log.
+
+Nothing here sends anything: decisions become job specs, inserted with the
+cursor in the same transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from bothy_notify.config import BUILTIN_CATEGORIES, Config, Level
+from bothy_notify.kernel.clock import to_unix_micros
+from bothy_notify.kernel.presence import PresenceEntry, PresenceView
+from bothy_notify.notify.domain import (
+    Decision,
+    Delivery,
+    Fold,
+    Hint,
+    Policy,
+    RecipientFacts,
+    Skip,
+    Window,
+    decide,
+)
+from bothy_notify.notify.hints import (
+    HintRequest,
+    admin_hint,
+    message_hint,
+    requested_hint,
+    security_hint,
+)
+from bothy_notify.notify.jobs.args import FLUSH, FlushArgs
+from bothy_notify.notify.routes import LiveRoutes, jobs_for
+from bothy_notify.store import facts
+from bothy_notify.store.db import Conn
+from bothy_notify.store.events import Event
+from bothy_notify.store.jobs import JobSpec
+from bothy_notify.store.projections import PROJECTIONS, record_messages, upsert_device
+
+log = logging.getLogger("bothy.notify.round")
+
+FLUSH_MAX_ATTEMPTS = 5
+"""A flush only reads and inserts jobs; five tries ride out a database hiccup."""
+
+
+@dataclass
+class RoundOutcome:
+    """What a round decided, applied to metrics only after its commit."""
+
+    jobs: list[JobSpec] = field(default_factory=list)
+    skips: Counter[str] = field(default_factory=Counter)
+    hints: Counter[str] = field(default_factory=Counter)
+    folded: int = 0
+
+
+def policy_of(config: Config) -> Policy:
+    return Policy(
+        mobile_delay=config.notify.mobile_delay_when_desktop_active,
+        coalesce_window=config.notify.coalesce_window,
+    )
+
+
+class Decider:
+    """Loads facts in bulk and decides hints for many recipients (shared by the round
+    and the flush job)."""
+
+    def __init__(
+        self,
+        conn: Conn,
+        *,
+        now: datetime,
+        config: Config,
+        presence: PresenceView,
+        live: LiveRoutes,
+        outcome: RoundOutcome,
+    ) -> None:
+        self.conn = conn
+        self.now = now
+        self.config = config
+        self.presence = presence
+        self.live = live
+        self.outcome = outcome
+        self.policy = policy_of(config)
+        self.categories = frozenset(BUILTIN_CATEGORIES) | frozenset(config.notify.categories)
+
+    def decide_group(
+        self,
+        items: Sequence[tuple[Hint, Sequence[str], datetime]],
+        *,
+        windows_on: bool = True,
+    ) -> None:
+        """Decide each (hint, recipients, appended_at) in order, with facts read once."""
+        users = {u for _h, recipients, _a in items for u in recipients}
+        if not users:
+            return
+        thread_ids = {h.thread_id for h, _r, _a in items if h.thread_id}
+        infos = facts.threads(self.conn, thread_ids)
+        follows = facts.follow_rows(self.conn, thread_ids)
+        scopes = {s for info in infos.values() for s in info.scopes}
+        member_pairs = facts.memberships(self.conn, users, scopes)
+        pairs = {(u, h.thread_id) for h, rs, _a in items if h.thread_id for u in rs}
+        reads = facts.last_reads(self.conn, pairs)
+        people = facts.people(self.conn, users)
+        devices = facts.devices(self.conn, users)
+        windows: dict[tuple[str, str], Window] = (
+            facts.windows(self.conn, pairs)
+            if windows_on and self.policy.coalesce_window.total_seconds() > 0
+            else {}
+        )
+        presence = self.presence.entries(users)
+        changed: dict[tuple[str, str], Window] = {}
+        default_level = self.config.notify.default_level
+        no_presence: tuple[PresenceEntry, ...] = ()
+
+        for hint, recipients, appended_at in items:
+            if hint.category not in self.categories:
+                log.warning("hint category is not configured; skipped", extra={"kind": hint.kind})
+                self.outcome.skips["preference"] += len(recipients)
+                continue
+            info = infos.get(hint.thread_id) if hint.thread_id else None
+            for user in recipients:
+                person = people.get(user, facts.UNKNOWN_PERSON)
+                if hint.thread_id is None:
+                    access, level, read_pos = True, Level.ALL, 0
+                elif info is None:
+                    access, level, read_pos = False, default_level, 0
+                else:
+                    access = any((user, s) in member_pairs for s in info.scopes)
+                    level = follows.get(hint.thread_id, {}).get(user, default_level)
+                    read_pos = max(reads.get((user, hint.thread_id), 0), info.unread_floor_seq)
+                recipient = RecipientFacts(
+                    user_id=user,
+                    human=person.human,
+                    active=person.active,
+                    has_access=access,
+                    level=level,
+                    categories_off=person.categories_off,
+                    read_position=read_pos,
+                    devices=devices.get(user, ()),
+                    presence=presence.get(user, no_presence),
+                )
+                key = (user, hint.thread_id or "")
+                decision = decide(hint, recipient, self.policy, window=windows.get(key),
+                                  now=self.now)
+                self._apply(hint, decision, appended_at, key, windows, changed)
+        facts.save_windows(self.conn, ((u, t, w) for (u, t), w in changed.items()))
+
+    def _apply(
+        self,
+        hint: Hint,
+        decision: Decision,
+        appended_at: datetime,
+        key: tuple[str, str],
+        windows: dict[tuple[str, str], Window],
+        changed: dict[tuple[str, str], Window],
+    ) -> None:
+        out = self.outcome
+        if isinstance(decision, Skip):
+            out.skips[decision.reason.value] += 1
+        elif isinstance(decision, Fold):
+            out.folded += 1
+            windows[key] = changed[key] = decision.window
+        elif isinstance(decision, Delivery):
+            out.hints[_kind_class(decision.kind)] += 1
+            out.jobs.extend(
+                jobs_for(
+                    hint, decision, self.live, now=self.now, appended_at=appended_at,
+                    push_max_attempts=self.config.push.max_attempts,
+                )
+            )
+            if decision.opens is not None and hint.thread_id is not None:
+                window = decision.opens
+                windows[key] = changed[key] = window
+                opened = to_unix_micros(window.opened_at)
+                out.jobs.append(
+                    JobSpec(
+                        FLUSH,
+                        FlushArgs(decision.user_id, hint.thread_id, opened).to_args(),
+                        window.closes_at,
+                        FLUSH_MAX_ATTEMPTS,
+                        unique_key=f"flush:{decision.user_id}:{hint.thread_id}:{opened}",
+                    )
+                )
+
+
+def _kind_class(kind: str) -> str:
+    """Metric label for a kind: built-in kinds by name, app kinds as ``app``."""
+    return kind if ":" not in kind else "app"
+
+
+class RoundPlanner:
+    """Projections and decisions for one batch of events, in log order."""
+
+    def __init__(
+        self,
+        conn: Conn,
+        *,
+        now: datetime,
+        config: Config,
+        presence: PresenceView,
+        live: LiveRoutes,
+    ) -> None:
+        self.conn = conn
+        self.outcome = RoundOutcome()
+        self.decider = Decider(
+            conn, now=now, config=config, presence=presence, live=live, outcome=self.outcome
+        )
+        self.config = config
+        self._messages: list[Event] = []
+
+    def feed(self, events: Sequence[Event]) -> None:
+        for event in events:
+            if event.type == "message.created":
+                self._messages.append(event)
+            else:
+                self._decide_messages()
+                self._apply(event)
+        self._decide_messages()
+
+    def _apply(self, event: Event) -> None:
+        p = event.payload
+        request: HintRequest | None = None
+        if event.type == "device.upserted":
+            before = upsert_device(self.conn, p)
+            if p["state"] == "pending" and before != "pending":
+                request = security_hint(p)
+        else:
+            PROJECTIONS[event.type](self.conn, p)
+            if event.type == "access.expiring":
+                request = admin_hint(p)
+            elif event.type == "hint.requested":
+                request = requested_hint(p)
+        if request is not None and request.recipients:
+            self.decider.decide_group([(request.hint, request.recipients, event.occurred_at)])
+
+    def _decide_messages(self) -> None:
+        if not self._messages:
+            return
+        events, self._messages = self._messages, []
+        record_messages(
+            self.conn, [(e.payload["thread_id"], int(e.payload["thread_seq"])) for e in events]
+        )
+        thread_ids = {e.payload["thread_id"] for e in events}
+        follows = facts.follow_rows(self.conn, thread_ids)
+        members: dict[str, set[str]] = {}
+        infos: dict[str, facts.ThreadInfo] = {}
+        if self.config.notify.default_level is Level.ALL:
+            infos = facts.threads(self.conn, thread_ids)
+            members = facts.members_of_scopes(
+                self.conn, {s for info in infos.values() for s in info.scopes}
+            )
+        items: list[tuple[Hint, Sequence[str], datetime]] = []
+        for event in events:
+            hint = message_hint(event.payload)
+            assert hint.thread_id is not None
+            stored = follows.get(hint.thread_id, {})
+            candidates = {u for u, level in stored.items() if level is Level.ALL}
+            candidates.update(hint.mentions)
+            info = infos.get(hint.thread_id)
+            if info is not None:
+                for scope in info.scopes:
+                    candidates.update(u for u in members.get(scope, ()) if u not in stored)
+            candidates.discard(hint.actor_id or "")
+            items.append((hint, sorted(candidates), event.occurred_at))
+        self.decider.decide_group(items)

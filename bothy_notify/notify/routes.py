@@ -1,0 +1,192 @@
+"""Routes become jobs: immediate pushes, gateway hints and delayed pushes.
+
+The round (and the flush job) turn each :class:`Delivery` into job specs that
+commit in their own transaction; nothing leaves the process before the commit.
+Immediate push routes always become ``notify.push_send`` jobs. Gateway and
+delayed routes go through the :class:`LiveRoutes` port, whose implementation
+depends on the role (``docs/architecture.md``, role table):
+
+- :class:`JobLiveRoutes` (role ``all``): one unique ``notify.gateway_send`` per
+  (hint, recipient); one ``notify.push_send`` per registration of a delayed
+  route, scheduled at the end of the delay with ``release_seq`` = the message's
+  thread sequence.
+- :class:`FailClosedRoutes` (role ``worker``): without presence the decision
+  never yields such routes; if one arrives anyway it is dropped and logged
+  rather than sent to the wrong place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from bothy_notify.kernel.clock import to_unix_micros
+from bothy_notify.notify.domain import Delivery, Hint, Route, Via
+from bothy_notify.notify.jobs.args import GATEWAY_SEND, PUSH_SEND, GatewaySendArgs, PushSendArgs
+from bothy_notify.store.jobs import JobSpec
+
+log = logging.getLogger("bothy.notify.routes")
+
+GATEWAY_SEND_MAX_ATTEMPTS = 3
+"""A gateway publish fails only on a programming fault; three tries show it in metrics."""
+
+
+class LiveRoutes(Protocol):
+    """Turns gateway and delayed routes into jobs (inside the caller's transaction)."""
+
+    def gateway(
+        self, hint: Hint, delivery: Delivery, *, now: datetime, appended_at: datetime
+    ) -> Sequence[JobSpec]:
+        """The job(s) for the gateway routes of ``delivery`` (one per hint and recipient)."""
+        ...
+
+    def delayed(
+        self, hint: Hint, delivery: Delivery, route: Route, *, now: datetime,
+        appended_at: datetime,
+    ) -> Sequence[JobSpec]:
+        """The job(s) for one delayed push route."""
+        ...
+
+
+def push_jobs(
+    hint: Hint,
+    delivery: Delivery,
+    route: Route,
+    *,
+    scheduled_at: datetime,
+    release_seq: int,
+    appended_at: datetime,
+    max_attempts: int,
+) -> list[JobSpec]:
+    """One ``notify.push_send`` per registration of ``route``."""
+    due = to_unix_micros(scheduled_at)
+    appended = to_unix_micros(appended_at)
+    return [
+        JobSpec(
+            PUSH_SEND,
+            PushSendArgs(
+                nid=hint.nid,
+                user_id=delivery.user_id,
+                registration_id=registration_id,
+                kind=delivery.kind,
+                count=delivery.count,
+                quiet=delivery.quiet,
+                due_at=due,
+                appended_at=appended,
+                release_seq=release_seq,
+                thread_id=hint.thread_id,
+                message_id=hint.message_id,
+                target_id=hint.target_id,
+            ).to_args(),
+            scheduled_at,
+            max_attempts,
+        )
+        for registration_id in route.registrations
+    ]
+
+
+class JobLiveRoutes:
+    """The real live routes of role ``all``."""
+
+    def __init__(self, *, push_max_attempts: int) -> None:
+        self._push_max_attempts = push_max_attempts
+
+    def gateway(
+        self, hint: Hint, delivery: Delivery, *, now: datetime, appended_at: datetime
+    ) -> Sequence[JobSpec]:
+        args = GatewaySendArgs(
+            nid=hint.nid,
+            user_id=delivery.user_id,
+            kind=delivery.kind,
+            count=delivery.count,
+            quiet=delivery.quiet,
+            due_at=to_unix_micros(now),
+            appended_at=to_unix_micros(appended_at),
+            thread_id=hint.thread_id,
+            message_id=hint.message_id,
+            target_id=hint.target_id,
+        )
+        return [
+            JobSpec(
+                GATEWAY_SEND,
+                args.to_args(),
+                now,
+                GATEWAY_SEND_MAX_ATTEMPTS,
+                unique_key=f"gw:{hint.nid}:{delivery.user_id}",
+            )
+        ]
+
+    def delayed(
+        self, hint: Hint, delivery: Delivery, route: Route, *, now: datetime,
+        appended_at: datetime,
+    ) -> Sequence[JobSpec]:
+        return push_jobs(
+            hint,
+            delivery,
+            route,
+            scheduled_at=now + route.delay,
+            release_seq=hint.message_seq,
+            appended_at=appended_at,
+            max_attempts=self._push_max_attempts,
+        )
+
+    def __repr__(self) -> str:
+        return "JobLiveRoutes()"
+
+
+class FailClosedRoutes:
+    """Live routes of a node without presence: drop and log, never guess."""
+
+    def __init__(self) -> None:
+        self._warned = False
+
+    def _drop(self) -> Sequence[JobSpec]:
+        if not self._warned:
+            self._warned = True
+            log.error("a live route reached a node without presence; dropped")
+        return ()
+
+    def gateway(
+        self, hint: Hint, delivery: Delivery, *, now: datetime, appended_at: datetime
+    ) -> Sequence[JobSpec]:
+        return self._drop()
+
+    def delayed(
+        self, hint: Hint, delivery: Delivery, route: Route, *, now: datetime,
+        appended_at: datetime,
+    ) -> Sequence[JobSpec]:
+        return self._drop()
+
+    def __repr__(self) -> str:
+        return "FailClosedRoutes()"
+
+
+def jobs_for(
+    hint: Hint,
+    delivery: Delivery,
+    live: LiveRoutes,
+    *,
+    now: datetime,
+    appended_at: datetime,
+    push_max_attempts: int,
+) -> list[JobSpec]:
+    """Every job of one delivery: immediate pushes here, the rest through ``live``."""
+    specs: list[JobSpec] = []
+    gateway_done = False
+    for route in delivery.routes:
+        if route.via is Via.PUSH:
+            specs.extend(
+                push_jobs(
+                    hint, delivery, route, scheduled_at=now, release_seq=0,
+                    appended_at=appended_at, max_attempts=push_max_attempts,
+                )
+            )
+        elif route.via is Via.GATEWAY:
+            if not gateway_done:
+                gateway_done = True
+                specs.extend(live.gateway(hint, delivery, now=now, appended_at=appended_at))
+        else:
+            specs.extend(live.delayed(hint, delivery, route, now=now, appended_at=appended_at))
+    return specs

@@ -1,0 +1,103 @@
+"""The ``fake`` provider: records every send; its outcome follows the token's prefix.
+
+``dead-``, ``mismatch-``, ``rejected-`` and ``transient-`` tokens give those
+outcomes; any other token is delivered. Every send is kept in memory
+(:attr:`FakeProvider.sends`), printed in dev mode, and appended as one JSON line
+to ``push.fake.record_file`` when set. Used by tests, the demo, black-box
+checks and ``push test`` without credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import trio
+
+from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
+
+log = logging.getLogger("bothy.push.fake")
+
+_PREFIXES = (
+    ("dead-", OutcomeKind.DEAD),
+    ("mismatch-", OutcomeKind.MISMATCH),
+    ("rejected-", OutcomeKind.REJECTED),
+    ("transient-", OutcomeKind.TRANSIENT),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FakeSend:
+    registration_id: str
+    token: str
+    payload: dict[str, Any]
+    outcome: str
+
+    def __repr__(self) -> str:
+        return f"FakeSend(outcome={self.outcome!r})"
+
+
+def outcome_for_token(token: str) -> Outcome:
+    """The outcome a fake send to ``token`` gives."""
+    for prefix, kind in _PREFIXES:
+        if token.startswith(prefix):
+            return Outcome(kind, None, f"fake_{kind.value}")
+    return Outcome.delivered()
+
+
+class FakeProvider:
+    """A provider that speaks to nobody and remembers everything."""
+
+    name = "fake"
+
+    def __init__(
+        self, *, record_file: str = "", echo: bool = False, stream: TextIO | None = None
+    ) -> None:
+        self.sends: list[FakeSend] = []
+        self._record = Path(record_file) if record_file else None
+        self._echo = echo
+        self._stream = stream or sys.stdout
+        self._lock = threading.Lock()
+        self.changed = trio.Event()
+
+    async def send(self, target: Target, message: PushMessage) -> Outcome:
+        outcome = outcome_for_token(target.token)
+        record = FakeSend(target.registration_id, target.token, message.payload(),
+                          outcome.kind.value)
+        self.sends.append(record)
+        changed, self.changed = self.changed, trio.Event()
+        changed.set()
+        if self._record is not None:
+            line = json.dumps(
+                {
+                    "at": datetime.now(UTC).isoformat(),
+                    "registration_id": record.registration_id,
+                    "token": record.token,
+                    "payload": record.payload,
+                    "outcome": record.outcome,
+                },
+                separators=(",", ":"),
+            )
+            with self._lock, self._record.open("a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+        if self._echo:
+            print(
+                f"[fake push] {outcome.kind.value}: kind={message.kind} count={message.count}"
+                f" quiet={str(message.quiet).lower()}",
+                file=self._stream,
+                flush=True,
+            )
+        await trio.lowlevel.checkpoint()
+        return outcome
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    def __repr__(self) -> str:
+        return f"FakeProvider(sends={len(self.sends)})"

@@ -1,0 +1,138 @@
+"""The provider port: what a send needs, what it returns.
+
+Outcomes (SPEC section 10) and what the token lifecycle does with them:
+
+- ``delivered``: ``last_seen_at`` set, strikes reset.
+- ``dead``: the token is gone for good; the registration is invalidated (kept).
+- ``mismatch``: the token belongs to another app or environment; kept, the error
+  recorded, no strike (a build problem, not a device problem).
+- ``rejected``: the provider refused this message; kept, no strike (a payload
+  bug must never delete registrations).
+- ``transient``: try again later (``retry_after`` is the provider's minimum);
+  counts a strike, and ``push.max_strikes`` in a row invalidate.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol
+
+
+class OutcomeKind(enum.StrEnum):
+    DELIVERED = "delivered"
+    TRANSIENT = "transient"
+    REJECTED = "rejected"
+    MISMATCH = "mismatch"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of one send.
+
+    Attributes:
+        kind: what happened.
+        retry_after: for ``transient``, the earliest sensible retry (``None``: the
+            runner's backoff alone decides).
+        reason: the provider's reason code (``BadDeviceToken``, ``UNREGISTERED``,
+            ``http_503``, ``timeout``...); never a token, URL or ID.
+    """
+
+    kind: OutcomeKind
+    retry_after: timedelta | None = None
+    reason: str = ""
+
+    @classmethod
+    def delivered(cls) -> Outcome:
+        return cls(OutcomeKind.DELIVERED)
+
+    @classmethod
+    def transient(cls, reason: str, retry_after: timedelta | None = None) -> Outcome:
+        return cls(OutcomeKind.TRANSIENT, retry_after, reason)
+
+    @classmethod
+    def rejected(cls, reason: str) -> Outcome:
+        return cls(OutcomeKind.REJECTED, None, reason)
+
+    @classmethod
+    def mismatch(cls, reason: str) -> Outcome:
+        return cls(OutcomeKind.MISMATCH, None, reason)
+
+    @classmethod
+    def dead(cls, reason: str) -> Outcome:
+        return cls(OutcomeKind.DEAD, None, reason)
+
+
+@dataclass(frozen=True, slots=True)
+class PushMessage:
+    """The content-free payload of a push: IDs, a kind, a count and a quiet flag.
+
+    No message text, name or title ever goes in here.
+    """
+
+    nid: str
+    kind: str
+    count: int
+    quiet: bool
+    thread_id: str | None = None
+    message_id: str | None = None
+    target_id: str | None = None
+    mv: str | None = None
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON payload: IDs as strings, absent members omitted (never null)."""
+        out: dict[str, Any] = {"nid": self.nid, "kind": self.kind}
+        for key in ("thread_id", "message_id", "target_id"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = str(value)
+        out["count"] = self.count
+        out["quiet"] = self.quiet
+        if self.mv is not None:
+            out["mv"] = self.mv
+        return out
+
+    def string_payload(self) -> dict[str, str]:
+        """The payload with every value a string (FCM data messages)."""
+        return {
+            k: ("true" if v is True else "false" if v is False else str(v))
+            for k, v in self.payload().items()
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a push goes: one registration. The repr shows no token, key or ID."""
+
+    registration_id: str
+    user_id: str
+    provider: str
+    token: str
+    platform: str
+    environment: str | None = None
+    app_id: str | None = None
+    signing_key: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Target(provider={self.provider!r}, platform={self.platform!r})"
+
+
+class PushProvider(Protocol):
+    """One push provider. ``name`` is the registration's ``provider`` value."""
+
+    name: str
+
+    async def send(self, target: Target, message: PushMessage) -> Outcome:
+        """Send ``message`` to ``target`` and translate the answer into one outcome.
+
+        Never raises for a provider or network problem (that is ``transient``);
+        every request is bounded by the provider (10 s). Cancellation abandons
+        the request.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close connections."""
+        ...

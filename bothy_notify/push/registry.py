@@ -1,0 +1,62 @@
+"""The configured providers, each with its own concurrency channel.
+
+Sends run at most ``push.max_in_flight`` at once per provider, so a stalled
+provider holds permits of its own channel only. A send that outlives the
+safety bound is ``transient`` (each provider already bounds every request to
+10 s; the bound here catches a provider that would not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+
+import trio
+
+from bothy_notify.push.port import Outcome, PushMessage, PushProvider, Target
+
+SEND_BOUND = timedelta(seconds=30)
+"""Longest a whole send may take: two 10 s requests (APNs token refresh) plus margin."""
+
+
+class UnknownProvider(Exception):
+    """No provider of that name is configured."""
+
+
+class Providers:
+    """Routes a send to its provider through that provider's limiter."""
+
+    def __init__(self, providers: Mapping[str, PushProvider], *, max_in_flight: int) -> None:
+        self._providers = dict(providers)
+        self._limiters = {name: trio.CapacityLimiter(max_in_flight) for name in self._providers}
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(self._providers)
+
+    def get(self, name: str) -> PushProvider:
+        try:
+            return self._providers[name]
+        except KeyError:
+            raise UnknownProvider(name) from None
+
+    def statistics(self) -> dict[str, int]:
+        """Sends in flight per provider."""
+        return {name: int(lim.borrowed_tokens) for name, lim in self._limiters.items()}
+
+    async def send(self, target: Target, message: PushMessage) -> Outcome:
+        """Send through the target's provider; an unconfigured provider is ``rejected``."""
+        provider = self._providers.get(target.provider)
+        if provider is None:
+            return Outcome.rejected("provider_not_configured")
+        async with self._limiters[target.provider]:
+            with trio.move_on_after(SEND_BOUND.total_seconds()):
+                return await provider.send(target, message)
+        return Outcome.transient("timeout")
+
+    async def aclose(self) -> None:
+        for provider in self._providers.values():
+            await provider.aclose()
+
+    def __repr__(self) -> str:
+        return f"Providers({sorted(self._providers)})"

@@ -1,0 +1,393 @@
+"""The job runner: claims due jobs, runs their handlers, records results.
+
+Jobs are claimed in batches (``FOR UPDATE SKIP LOCKED``) up to
+``jobs.concurrency`` in flight per node, grouped by kind and handed to that
+kind's :class:`JobHandler` as one batch (so a handler can read its facts with
+one query). Each job's result goes to a completer task that records results in
+batches, each batch in one transaction together with the handler's effects
+(for example a registration's strike count), so an effect and its job's state
+commit together.
+
+Claimed jobs keep their lease while they run (a renewal task extends it), so
+only a crashed node's jobs run again. On shutdown the runner stops claiming,
+lets running jobs finish within the drain period, and gives back the jobs it
+could not finish, uncounted.
+
+Results:
+
+- :class:`Done`: finished (delivered, or skipped for a reason).
+- :class:`Retry`: run again after ``after`` (a retry holds no permit while it waits).
+- :class:`Fail`: give up; the job is kept as ``failed`` with its error.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+import psycopg
+import trio
+
+from bothy_notify.config import JobsConfig
+from bothy_notify.kernel.clock import Clock
+from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.store import jobs as queue
+from bothy_notify.store.db import Conn, Database, StoreError, connect_dedicated
+from bothy_notify.store.jobs import Job
+
+log = logging.getLogger("bothy.runner")
+
+Effect = Callable[[Conn, datetime], None]
+"""A write that commits together with the job's result (``conn``, the clock's now)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The job is finished; ``result`` labels the metric (``delivered``, ``skipped``...)."""
+
+    result: str = "done"
+    effect: Effect | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Run the job again no sooner than ``after``; ``error`` is a constant reason code."""
+
+    after: timedelta
+    error: str
+    effect: Effect | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """Give the job up."""
+
+    error: str
+    effect: Effect | None = None
+
+
+JobResult = Done | Retry | Fail
+Report = Callable[[Job, JobResult], Awaitable[None]]
+
+
+class JobHandler(Protocol):
+    """Runs the jobs of one kind."""
+
+    kind: str
+
+    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
+        """Run ``jobs`` (all of this kind) and ``report`` each one's result exactly once.
+
+        Cancellation (shutdown past the drain period): jobs not reported yet are
+        given back and run again later.
+        """
+        ...
+
+
+BACKOFF_BASE = timedelta(seconds=1)
+"""First retry delay before jitter; doubles per attempt."""
+BACKOFF_CAP = timedelta(minutes=10)
+"""Longest retry delay from backoff alone (a provider's minimum may be longer)."""
+
+
+def backoff(attempt: int, rng: random.Random | None = None) -> timedelta:
+    """Exponential backoff with jitter: ``base * 2**(attempt-1)``, capped, times [0.5, 1)."""
+    rng = rng or random
+    exp = min(BACKOFF_CAP, BACKOFF_BASE * (2 ** max(0, attempt - 1)))
+    return exp * (0.5 + rng.random() / 2)
+
+
+def retry_or_fail(
+    job: Job, error: str, minimum: timedelta | None = None, effect: Effect | None = None
+) -> JobResult:
+    """:class:`Retry` after ``max(minimum, backoff)`` while attempts remain, else :class:`Fail`."""
+    if job.attempt >= job.max_attempts:
+        return Fail(error, effect)
+    after = backoff(job.attempt)
+    if minimum is not None and minimum > after:
+        after = minimum
+    return Retry(after, error, effect)
+
+
+_COMPLETE_BATCH = 500
+"""Most results recorded in one transaction."""
+
+
+class JobRunner:
+    """Runs jobs of the registered kinds on this node.
+
+    Args:
+        db: the pool.
+        database_url: for the dedicated ``LISTEN bothy_jobs`` connection.
+        clock: the injected clock (schedules, leases).
+        handlers: one handler per job kind.
+        config: ``jobs.*``.
+        poll_interval: fallback poll when no notification arrives.
+        metrics: the registry.
+    """
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        database_url: str,
+        clock: Clock,
+        handlers: Sequence[JobHandler],
+        config: JobsConfig,
+        poll_interval: timedelta,
+        metrics: Metrics,
+    ) -> None:
+        self._db = db
+        self._url = database_url
+        self._clock = clock
+        self._handlers: Mapping[str, JobHandler] = {h.kind: h for h in handlers}
+        self._config = config
+        self._poll = poll_interval.total_seconds()
+        self._metrics = metrics
+        self._in_flight: dict[int, Job] = {}
+        self._wake = trio.Event()
+        self._freed = trio.Event()
+        self._stopping = False
+        self._idle = trio.Event()
+        self._results_send, self._results_recv = trio.open_memory_channel[
+            tuple[Job, JobResult]
+        ](config.concurrency)
+        self.running = False
+
+    def __repr__(self) -> str:
+        return f"JobRunner(in_flight={len(self._in_flight)})"
+
+    @property
+    def kinds(self) -> list[str]:
+        return sorted(self._handlers)
+
+    def statistics(self) -> dict[str, int]:
+        return {"in_flight": len(self._in_flight)}
+
+    def nudge(self) -> None:
+        """Wake the claim loop (new jobs may be due)."""
+        self._wake.set()
+
+    def stop_claiming(self) -> None:
+        """Begin a graceful stop: claim nothing more; :meth:`wait_idle` returns once
+        running jobs are recorded."""
+        self._stopping = True
+        self._wake.set()
+        if not self._in_flight:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled (or stopped and idle).
+
+        Cancellation: handlers are cancelled, and jobs not yet recorded are
+        given back in a shielded cleanup (they run again, the attempt uncounted).
+        """
+        try:
+            async with trio.open_nursery() as services:
+                services.start_soon(self._complete_loop)
+                await services.start(self._listen_loop)
+                services.start_soon(self._renew_loop)
+                async with trio.open_nursery() as work:
+                    self.running = True
+                    task_status.started()
+                    await self._claim_loop(work)
+                    await self._idle.wait()
+                services.cancel_scope.cancel()
+        finally:
+            self.running = False
+            if self._in_flight:
+                ids = list(self._in_flight)
+                self._in_flight.clear()
+                with trio.CancelScope(shield=True), trio.move_on_after(10):
+                    try:
+                        await self._db.run(lambda c: queue.release(c, ids))
+                        log.info("gave back unfinished jobs", extra={"jobs": len(ids)})
+                    except (StoreError, psycopg.Error):
+                        log.warning("could not give back unfinished jobs; their leases will end")
+
+    async def _claim_loop(self, work: trio.Nursery) -> None:
+        kinds = self.kinds
+        while not self._stopping:
+            free = self._config.concurrency - len(self._in_flight)
+            if free <= 0:
+                freed = self._freed
+                await freed.wait()
+                continue
+            wake = self._wake
+            if wake.is_set():
+                self._wake = wake = trio.Event()
+            limit = min(free, self._config.claim_batch)
+            now = self._clock.now()
+            try:
+                jobs = await self._db.run(
+                    lambda c: queue.claim(c, now, limit, self._config.lease, kinds)
+                )
+            except (StoreError, psycopg.Error):
+                log.warning("claiming jobs failed; retrying after the poll interval")
+                await trio.sleep(self._poll)
+                continue
+            if jobs:
+                self._dispatch(work, jobs)
+                if len(jobs) == limit:
+                    await trio.lowlevel.checkpoint()
+                    continue
+                continue
+            try:
+                due = await self._db.run(lambda c: queue.next_due(c, kinds))
+            except (StoreError, psycopg.Error):
+                due = None
+            await self._wait(wake, due)
+
+    async def _wait(self, wake: trio.Event, due: datetime | None) -> None:
+        with trio.move_on_after(self._poll):
+            async with trio.open_nursery() as race:
+
+                async def until_woken() -> None:
+                    await wake.wait()
+                    race.cancel_scope.cancel()
+
+                async def until_due() -> None:
+                    assert due is not None
+                    await self._clock.sleep_until(due)
+                    race.cancel_scope.cancel()
+
+                race.start_soon(until_woken)
+                if due is not None:
+                    race.start_soon(until_due)
+
+    def _dispatch(self, work: trio.Nursery, jobs: list[Job]) -> None:
+        by_kind: dict[str, list[Job]] = {}
+        for job in jobs:
+            self._in_flight[job.id] = job
+            by_kind.setdefault(job.kind, []).append(job)
+        for kind, group in by_kind.items():
+            work.start_soon(self._run_group, self._handlers[kind], group)
+
+    async def _run_group(self, handler: JobHandler, jobs: list[Job]) -> None:
+        reported: set[int] = set()
+
+        async def report(job: Job, result: JobResult) -> None:
+            if job.id in reported:
+                return
+            reported.add(job.id)
+            await self._results_send.send((job, result))
+
+        try:
+            await handler.run_batch(jobs, report)
+        except Exception as exc:
+            log.exception("job handler failed", extra={"kind": handler.kind})
+            for job in jobs:
+                await report(job, retry_or_fail(job, f"handler_error:{type(exc).__name__}"))
+        for job in jobs:
+            if job.id not in reported:
+                log.error("job handler did not report a job", extra={"kind": handler.kind})
+                await report(job, retry_or_fail(job, "not_reported"))
+
+    async def _complete_loop(self) -> None:
+        recv = self._results_recv
+        async for first in recv:
+            batch = [first]
+            while len(batch) < _COMPLETE_BATCH:
+                try:
+                    batch.append(recv.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            await self._record(batch)
+
+    async def _record(self, batch: list[tuple[Job, JobResult]]) -> None:
+        delay = 0.05
+        while True:
+            now = self._clock.now()
+            try:
+                await self._db.run(lambda c: _apply_results(c, batch, now))
+                break
+            except (StoreError, psycopg.Error):
+                log.warning("recording job results failed; retrying")
+                await trio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        for job, result in batch:
+            self._in_flight.pop(job.id, None)
+            label = result.result if isinstance(result, Done) else type(result).__name__.lower()
+            self._metrics.jobs_finished.labels(job.kind, label).inc()
+        freed, self._freed = self._freed, trio.Event()
+        freed.set()
+        if self._stopping and not self._in_flight:
+            self._idle.set()
+
+    async def _listen_loop(self, *, task_status: trio.TaskStatus[None]) -> None:
+        started = False
+        limiter = trio.CapacityLimiter(1)
+        while True:
+            conn: Conn | None = None
+            try:
+                conn = await trio.to_thread.run_sync(connect_dedicated, self._url, limiter=limiter)
+                await trio.to_thread.run_sync(
+                    conn.execute, f"LISTEN {queue.JOBS_CHANNEL}", limiter=limiter
+                )
+                if not started:
+                    started = True
+                    task_status.started()
+                while True:
+                    if await trio.to_thread.run_sync(_wait_notify, conn, 0.25, limiter=limiter):
+                        self._wake.set()
+            except (StoreError, psycopg.Error):
+                if not started:
+                    started = True
+                    task_status.started()
+                await trio.sleep(self._poll)
+            finally:
+                if conn is not None:
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(conn.close, limiter=limiter)
+
+    async def _renew_loop(self) -> None:
+        """Extend the lease of running jobs so a slow send is not run twice."""
+        period = max(0.5, self._config.lease.total_seconds() / 3)
+        while True:
+            await trio.sleep(period)
+            ids = list(self._in_flight)
+            if not ids:
+                continue
+            until = self._clock.now() + self._config.lease
+            try:
+                await self._db.run(
+                    lambda c: c.execute(
+                        "UPDATE bothy.jobs SET lease_until = %s WHERE id = ANY(%s)"
+                        " AND state = 'running'",
+                        (until, ids),
+                    )
+                )
+            except (StoreError, psycopg.Error):
+                log.warning("renewing job leases failed")
+
+
+def _wait_notify(conn: Conn, timeout: float) -> bool:
+    woke = False
+    for _ in conn.notifies(timeout=timeout, stop_after=1):
+        woke = True
+    return woke
+
+
+def _apply_results(conn: Conn, batch: list[tuple[Job, JobResult]], now: datetime) -> None:
+    done: list[int] = []
+    failed: list[tuple[int, str]] = []
+    retries: list[tuple[int, datetime, str]] = []
+    for job, result in batch:
+        if result.effect is not None:
+            result.effect(conn, now)
+        if isinstance(result, Done):
+            done.append(job.id)
+        elif isinstance(result, Retry):
+            retries.append((job.id, now + result.after, result.error))
+        else:
+            failed.append((job.id, result.error))
+    queue.complete(conn, done, now)
+    queue.fail(conn, failed, now)
+    queue.retry(conn, retries)

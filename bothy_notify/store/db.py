@@ -1,0 +1,109 @@
+"""The connection pool and the one way to run SQL from Trio.
+
+Errors (module hierarchy)::
+
+    StoreError                 the database could not do what was asked
+    └── StoreUnavailable       it could not be reached at all
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+import psycopg
+import trio
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+log = logging.getLogger("bothy.store")
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+Conn = psycopg.Connection[Any]
+
+
+class StoreError(Exception):
+    """The database refused or failed an operation."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached."""
+
+
+class Database:
+    """A pool of connections plus a limiter, used from Trio.
+
+    Args:
+        url: the PostgreSQL connection URL (never logged).
+        pool_size: connections in the pool and worker threads allowed at once.
+    """
+
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        self._url = url
+        self.pool_size = pool_size
+        self._pool = ConnectionPool(
+            url,
+            min_size=min(2, pool_size),
+            max_size=pool_size,
+            open=False,
+            kwargs={"autocommit": False},
+            name="bothy",
+            timeout=30.0,
+        )
+        self.limiter = trio.CapacityLimiter(pool_size)
+
+    @property
+    def url(self) -> str:
+        """The connection URL, for dedicated connections (never log it)."""
+        return self._url
+
+    def __repr__(self) -> str:
+        return f"Database(pool_size={self.pool_size})"
+
+    async def open(self) -> None:
+        """Open the pool and wait until one connection works."""
+        try:
+            await trio.to_thread.run_sync(lambda: self._pool.open(wait=True, timeout=30.0))
+        except (PoolTimeout, psycopg.OperationalError) as exc:
+            raise StoreUnavailable("the database cannot be reached") from exc
+
+    async def close(self) -> None:
+        """Close the pool; waits for connections in use to be returned."""
+        await trio.to_thread.run_sync(self._pool.close)
+
+    def run_sync(self, fn: Callable[[Conn], T]) -> T:
+        """Run ``fn(conn)`` in one transaction on this thread (commit on return)."""
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                return fn(conn)
+        except PoolTimeout as exc:
+            raise StoreUnavailable("no database connection became free") from exc
+
+    async def run(self, fn: Callable[[Conn], T]) -> T:
+        """Run ``fn(conn)`` in one transaction in a worker thread.
+
+        The transaction commits when ``fn`` returns and rolls back when it
+        raises. Cancellation waits for ``fn`` to finish: writes are never
+        abandoned halfway.
+        """
+        return await trio.to_thread.run_sync(self.run_sync, fn, limiter=self.limiter)
+
+    async def ping(self) -> bool:
+        """Whether a trivial query answers (``/readyz``)."""
+        try:
+            with trio.fail_after(5):
+                await self.run(lambda c: c.execute("SELECT 1").fetchone())
+        except (trio.TooSlowError, StoreError, psycopg.Error):
+            return False
+        return True
+
+
+def connect_dedicated(url: str, *, autocommit: bool = True) -> Conn:
+    """A connection outside the pool (advisory lock holder, LISTEN); autocommit by
+    default, so explicit ``conn.transaction()`` blocks are the only transactions."""
+    try:
+        return psycopg.connect(url, autocommit=autocommit)
+    except psycopg.OperationalError as exc:
+        raise StoreUnavailable("the database cannot be reached") from exc

@@ -1,0 +1,46 @@
+"""The embedded PostgreSQL server (``pgserver``), used when ``database.url`` is empty.
+
+Data lives in ``database.data_dir`` and survives restarts; :meth:`stop` stops
+the server cleanly. pgserver runs PostgreSQL from a wheel over a Unix socket in
+the data directory, also when the daemon runs as root (it switches to a
+``pgserver`` system user).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("bothy.store.embedded")
+
+
+class EmbeddedPostgres:
+    """A handle on the embedded server for one data directory."""
+
+    def __init__(self, data_dir: str | Path) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self._server: Any = None
+
+    def start(self) -> str:
+        """Start (or attach to) the server; return its connection URL. Blocking."""
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        log.info("starting the embedded PostgreSQL server")
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI).
+            warnings.simplefilter("ignore")
+            import pgserver
+
+            self._server = pgserver.get_server(self.data_dir, cleanup_mode="stop")
+        return str(self._server.get_uri())
+
+    def stop(self) -> None:
+        """Stop the server if this process was the last one using it. Blocking."""
+        if self._server is not None:
+            server, self._server = self._server, None
+            server.cleanup()
+            log.info("embedded PostgreSQL server stopped")
+
+    def __repr__(self) -> str:
+        return "EmbeddedPostgres()"

@@ -1,0 +1,209 @@
+"""The event log: append, validate, read after the cursor, advance the cursor.
+
+Ordering: the consumer reads only events whose appending transaction is older
+than every transaction still running (``xid < pg_snapshot_xmin``), in
+``(xid, seq)`` order. An event whose transaction commits after a later-numbered
+one is therefore never skipped, which a plain ``seq > cursor`` read would do.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from bothy_notify.store.db import Conn, StoreError
+from bothy_notify.store.migrate import load_event_schemas
+
+CURSOR_NAME = "notify"
+
+
+class EventRejected(StoreError):
+    """An event failed its type's schema; ``field`` names where (never a value)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    seq: int
+    xid: int
+    type: str
+    payload: Mapping[str, Any]
+    occurred_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    xid: int
+    seq: int
+
+
+class EventValidator:
+    """Validates events against ``schemas/events/*.json`` before they reach the database.
+
+    ``bothy.append_event`` validates again with the same schemas (the outbox
+    path has no Python in front of it); a test keeps both in agreement.
+    """
+
+    def __init__(self, schemas: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self._validators = {
+            name: Draft202012Validator(schema)
+            for name, schema in (schemas or load_event_schemas()).items()
+        }
+
+    @property
+    def types(self) -> frozenset[str]:
+        return frozenset(self._validators)
+
+    def check(self, event_type: object, payload: object, where: str = "") -> None:
+        """Raise :class:`EventRejected` naming the first bad field."""
+        validator = self._validators.get(event_type) if isinstance(event_type, str) else None
+        if validator is None:
+            raise EventRejected(f"{where}type", "unknown event type")
+        error = next(iter(sorted(validator.iter_errors(payload), key=_error_order)), None)
+        if error is not None:
+            raise EventRejected(f"{where}payload{_path(error)}", _problem(error))
+
+
+def _error_order(error: ValidationError) -> tuple[int, str]:
+    return (len(error.absolute_path), str(list(error.absolute_path)))
+
+
+def _path(error: ValidationError) -> str:
+    parts = ""
+    for part in error.absolute_path:
+        parts += f"[{part}]" if isinstance(part, int) else f".{part}"
+    if error.validator == "required":
+        missing = [
+            name
+            for name in error.validator_value
+            if isinstance(error.instance, dict) and name not in error.instance
+        ]
+        if missing:
+            parts += f".{missing[0]}"
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = error.schema.get("properties", {})
+        extra = sorted(k for k in error.instance if k not in allowed)
+        if extra and all(c.isalpha() or c == "_" for c in extra[0]) and len(extra[0]) <= 40:
+            parts += f".{extra[0]}"
+    return parts
+
+
+_PROBLEMS = {
+    "required": "required",
+    "additionalProperties": "unknown field",
+    "enum": "not one of the allowed values",
+    "pattern": "does not have the required form",
+    "minLength": "too short",
+    "maxLength": "too long",
+    "minimum": "too small",
+    "maximum": "too large",
+    "minItems": "too few items",
+    "maxItems": "too many items",
+}
+
+
+def _problem(error: ValidationError) -> str:
+    if error.validator == "type":
+        expected = error.validator_value
+        return {
+            "object": "expected an object",
+            "array": "expected an array",
+            "integer": "expected an integer",
+        }.get(expected, f"expected a {expected}")
+    return _PROBLEMS.get(str(error.validator), "invalid")
+
+
+def append(conn: Conn, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[int]:
+    """Append ``events`` through ``bothy.append_event`` in the caller's transaction.
+
+    Returns their seqs in order. A refused event raises :class:`EventRejected`
+    and, since the caller's transaction rolls back, none of the batch is kept.
+    """
+    if not events:
+        return []
+    types = [t for t, _ in events]
+    payloads = [json.dumps(p, separators=(",", ":")) for _, p in events]
+    try:
+        rows = conn.execute(
+            "SELECT bothy.append_event(t, p::jsonb) FROM unnest(%s::text[], %s::text[])"
+            " WITH ORDINALITY AS e(t, p, n) ORDER BY n",
+            (types, payloads),
+        ).fetchall()
+    except psycopg.errors.InvalidParameterValue as exc:
+        message = (exc.diag.message_primary or "").removeprefix("bothy: ")
+        field, _, problem = message.partition(": ")
+        raise EventRejected(field, problem or "invalid") from None
+    return [int(r[0]) for r in rows]
+
+
+def read_batch(conn: Conn, cursor: Cursor, limit: int) -> list[Event]:
+    """The next events after ``cursor`` that can no longer be joined by an earlier one."""
+    rows = conn.execute(
+        "SELECT seq, xid::text::bigint, type, payload, occurred_at FROM bothy.events"
+        " WHERE (xid, seq) > (%s::text::xid8, %s)"
+        "   AND xid < pg_snapshot_xmin(pg_current_snapshot())"
+        " ORDER BY xid, seq LIMIT %s",
+        (str(cursor.xid), cursor.seq, limit),
+    ).fetchall()
+    return [Event(*r) for r in rows]
+
+
+def load_cursor(conn: Conn, *, lock: bool = False) -> Cursor:
+    row = conn.execute(
+        "SELECT xid::text::bigint, seq FROM bothy.consumer_cursor WHERE name = %s"
+        + (" FOR UPDATE" if lock else ""),
+        (CURSOR_NAME,),
+    ).fetchone()
+    if row is None:
+        raise StoreError("the consumer cursor is missing; run bothy-notify migrate")
+    return Cursor(int(row[0]), int(row[1]))
+
+
+def save_cursor(conn: Conn, cursor: Cursor, now: datetime) -> None:
+    conn.execute(
+        "UPDATE bothy.consumer_cursor SET xid = %s::text::xid8, seq = %s, updated_at = %s"
+        " WHERE name = %s",
+        (str(cursor.xid), cursor.seq, now, CURSOR_NAME),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Lag:
+    events: int
+    oldest: datetime | None
+
+
+def lag(conn: Conn) -> Lag:
+    """How many events wait after the cursor, and when the oldest was appended."""
+    row = conn.execute(
+        "SELECT count(*), min(e.occurred_at) FROM bothy.events e, bothy.consumer_cursor c"
+        " WHERE c.name = %s AND (e.xid, e.seq) > (c.xid, c.seq)",
+        (CURSOR_NAME,),
+    ).fetchone()
+    assert row is not None
+    return Lag(int(row[0]), row[1])
+
+
+__all__ = [
+    "Cursor",
+    "Event",
+    "EventRejected",
+    "EventValidator",
+    "Lag",
+    "append",
+    "lag",
+    "load_cursor",
+    "read_batch",
+    "save_cursor",
+]

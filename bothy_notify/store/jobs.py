@@ -1,0 +1,222 @@
+"""The job queue on PostgreSQL.
+
+A job is ``(kind, args, scheduled_at)`` plus bookkeeping. Runners claim due
+jobs in batches with ``FOR UPDATE SKIP LOCKED`` and hold a lease; a job whose
+lease ran out (its runner crashed) becomes available again. Jobs with a
+``unique_key`` are inserted at most once. Every time comes from the injected
+clock, never from the database's ``now()``, so tests move time by hand.
+
+States: ``available`` -> ``running`` -> ``completed`` | ``failed``, or back to
+``available`` for a retry (or after a lost lease).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from bothy_notify.store.db import Conn
+
+JobArgs = Mapping[str, int | str]
+JOBS_CHANNEL = "bothy_jobs"
+"""``NOTIFY`` channel that wakes runners when jobs were inserted."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job to insert.
+
+    Attributes:
+        kind: the handler, e.g. ``notify.push_send``.
+        args: IDs and integers only (never text).
+        scheduled_at: not run before this time.
+        max_attempts: attempts before the job fails.
+        unique_key: when set, a second job with the same key is not inserted.
+    """
+
+    kind: str
+    args: JobArgs
+    scheduled_at: datetime
+    max_attempts: int
+    unique_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A claimed job."""
+
+    id: int
+    kind: str
+    args: Mapping[str, int | str]
+    attempt: int
+    max_attempts: int
+    scheduled_at: datetime
+    created_at: datetime
+
+    def __repr__(self) -> str:
+        # args hold IDs; keep them out of reprs that may reach logs.
+        return f"Job(id={self.id}, kind={self.kind!r}, attempt={self.attempt})"
+
+
+def insert(conn: Conn, specs: Sequence[JobSpec], now: datetime) -> int:
+    """Insert ``specs`` in the caller's transaction; return how many rows were new.
+
+    Jobs without a unique key go in with ``COPY``; keyed ones with
+    ``ON CONFLICT DO NOTHING``. Runners are woken at commit.
+    """
+    if not specs:
+        return 0
+    plain = [s for s in specs if s.unique_key is None]
+    keyed = [s for s in specs if s.unique_key is not None]
+    inserted = 0
+    if plain:
+        with (
+            conn.cursor() as cur,
+            cur.copy(
+                "COPY bothy.jobs (kind, args, scheduled_at, max_attempts, created_at)"
+                " FROM STDIN"
+            ) as copy,
+        ):
+            for s in plain:
+                copy.write_row(
+                    (s.kind, json.dumps(s.args, separators=(",", ":")), s.scheduled_at,
+                     s.max_attempts, now)
+                )
+        inserted += len(plain)
+    if keyed:
+        row = conn.execute(
+            "WITH ins AS (INSERT INTO bothy.jobs"
+            " (kind, args, scheduled_at, max_attempts, created_at, unique_key)"
+            " SELECT k, a::jsonb, s, m, %s, u"
+            " FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::int[], %s::text[])"
+            " AS t(k, a, s, m, u)"
+            " ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING RETURNING 1)"
+            " SELECT count(*) FROM ins",
+            (
+                now,
+                [s.kind for s in keyed],
+                [json.dumps(s.args, separators=(",", ":")) for s in keyed],
+                [s.scheduled_at for s in keyed],
+                [s.max_attempts for s in keyed],
+                [s.unique_key for s in keyed],
+            ),
+        ).fetchone()
+        inserted += int(row[0]) if row else 0
+    conn.execute(f"NOTIFY {JOBS_CHANNEL}")
+    return inserted
+
+
+def claim(
+    conn: Conn, now: datetime, limit: int, lease: timedelta, kinds: Sequence[str]
+) -> list[Job]:
+    """Claim up to ``limit`` due jobs of ``kinds``: state running, attempt + 1, a lease."""
+    rows = conn.execute(
+        "UPDATE bothy.jobs j SET state = 'running', attempt = j.attempt + 1, lease_until = %s"
+        " FROM (SELECT id FROM bothy.jobs WHERE state = 'available' AND scheduled_at <= %s"
+        "       AND kind = ANY(%s) ORDER BY scheduled_at, id LIMIT %s FOR UPDATE SKIP LOCKED) c"
+        " WHERE j.id = c.id"
+        " RETURNING j.id, j.kind, j.args, j.attempt, j.max_attempts, j.scheduled_at, j.created_at",
+        (now + lease, now, list(kinds), limit),
+    ).fetchall()
+    jobs = [Job(*r) for r in rows]
+    jobs.sort(key=lambda j: (j.scheduled_at, j.id))
+    return jobs
+
+
+def next_due(conn: Conn, kinds: Sequence[str]) -> datetime | None:
+    """When the next available job of ``kinds`` is scheduled, if any."""
+    row = conn.execute(
+        "SELECT min(scheduled_at) FROM bothy.jobs WHERE state = 'available' AND kind = ANY(%s)",
+        (list(kinds),),
+    ).fetchone()
+    return row[0] if row else None
+
+
+def complete(conn: Conn, ids: Iterable[int], now: datetime) -> None:
+    ids = list(ids)
+    if ids:
+        conn.execute(
+            "UPDATE bothy.jobs SET state = 'completed', finished_at = %s, lease_until = NULL"
+            " WHERE id = ANY(%s) AND state = 'running'",
+            (now, ids),
+        )
+
+
+def fail(conn: Conn, failures: Sequence[tuple[int, str]], now: datetime) -> None:
+    if failures:
+        conn.execute(
+            "UPDATE bothy.jobs j SET state = 'failed', finished_at = %s, lease_until = NULL,"
+            " last_error = f.e FROM unnest(%s::bigint[], %s::text[]) AS f(i, e)"
+            " WHERE j.id = f.i AND j.state = 'running'",
+            (now, [f[0] for f in failures], [f[1] for f in failures]),
+        )
+
+
+def retry(conn: Conn, retries: Sequence[tuple[int, datetime, str]]) -> None:
+    """Make jobs available again at their retry time."""
+    if retries:
+        conn.execute(
+            "UPDATE bothy.jobs j SET state = 'available', scheduled_at = r.s, lease_until = NULL,"
+            " last_error = r.e FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[])"
+            " AS r(i, s, e) WHERE j.id = r.i AND j.state = 'running'",
+            ([r[0] for r in retries], [r[1] for r in retries], [r[2] for r in retries]),
+        )
+
+
+def release(conn: Conn, ids: Iterable[int]) -> None:
+    """Give back claimed jobs that did not run to the end (shutdown); the attempt is
+    not counted."""
+    ids = list(ids)
+    if ids:
+        conn.execute(
+            "UPDATE bothy.jobs SET state = 'available', lease_until = NULL,"
+            " attempt = greatest(attempt - 1, 0) WHERE id = ANY(%s) AND state = 'running'",
+            (ids,),
+        )
+
+
+def rescue_expired(conn: Conn, now: datetime) -> tuple[int, int]:
+    """Jobs whose lease ran out run again (or fail when out of attempts).
+
+    Returns (made available, failed).
+    """
+    again = conn.execute(
+        "UPDATE bothy.jobs SET state = 'available', lease_until = NULL,"
+        " last_error = 'lease expired' WHERE state = 'running' AND lease_until < %s"
+        " AND attempt < max_attempts",
+        (now,),
+    ).rowcount
+    failed = conn.execute(
+        "UPDATE bothy.jobs SET state = 'failed', lease_until = NULL, finished_at = %s,"
+        " last_error = 'lease expired' WHERE state = 'running' AND lease_until < %s",
+        (now, now),
+    ).rowcount
+    return again, failed
+
+
+def prune(conn: Conn, older_than: datetime) -> int:
+    """Delete finished jobs that finished before ``older_than``."""
+    return conn.execute(
+        "DELETE FROM bothy.jobs WHERE state IN ('completed', 'failed') AND finished_at < %s",
+        (older_than,),
+    ).rowcount
+
+
+def depth(conn: Conn, now: datetime) -> tuple[dict[tuple[str, str], int], float]:
+    """Unfinished jobs by (kind, state), and how long the oldest due job has waited (s)."""
+    counts = {
+        (r[0], r[1]): int(r[2])
+        for r in conn.execute(
+            "SELECT kind, state, count(*) FROM bothy.jobs"
+            " WHERE state IN ('available', 'running') GROUP BY kind, state"
+        )
+    }
+    row = conn.execute(
+        "SELECT min(scheduled_at) FROM bothy.jobs WHERE state = 'available' AND scheduled_at <= %s",
+        (now,),
+    ).fetchone()
+    oldest = row[0] if row else None
+    lag = max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
+    return counts, lag

@@ -1,0 +1,133 @@
+"""The projection: the app's facts that decisions need, kept from the event log.
+
+:func:`apply` runs inside the consumer round's transaction, in log order.
+Every statement is idempotent for the same event, and the read position only
+moves forward. The HTTP API writes read positions and follow levels through
+the same functions, so both ways in have one meaning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from bothy_notify.store.db import Conn
+
+Payload = Mapping[str, Any]
+
+
+def upsert_user(conn: Conn, p: Payload) -> None:
+    conn.execute(
+        "INSERT INTO bothy.users (user_id, kind, active) VALUES (%s, %s, %s)"
+        " ON CONFLICT (user_id) DO UPDATE SET kind = EXCLUDED.kind, active = EXCLUDED.active,"
+        " updated_at = now()",
+        (p["user_id"], p["kind"], p["active"]),
+    )
+
+
+def upsert_device(conn: Conn, p: Payload) -> str | None:
+    """Project ``device.upserted``; return the state it left (``None`` if new)."""
+    row = conn.execute(
+        "SELECT state FROM bothy.devices WHERE device_id = %s FOR UPDATE", (p["device_id"],)
+    ).fetchone()
+    conn.execute(
+        "INSERT INTO bothy.devices (device_id, user_id, platform, state) VALUES (%s, %s, %s, %s)"
+        " ON CONFLICT (device_id) DO UPDATE SET user_id = EXCLUDED.user_id,"
+        " platform = EXCLUDED.platform, state = EXCLUDED.state, updated_at = now()",
+        (p["device_id"], p["user_id"], p["platform"], p["state"]),
+    )
+    if p["state"] == "revoked":
+        revoke_device(conn, p["device_id"])
+    return row[0] if row else None
+
+
+def revoke_device(conn: Conn, device_id: str) -> None:
+    """Invalidate a revoked device's registrations and tell every gateway (IDs only)."""
+    conn.execute(
+        "UPDATE bothy.push_registrations SET invalidated_at = coalesce(invalidated_at, now()),"
+        " last_error = coalesce(last_error, 'device_revoked')"
+        " WHERE device_id = %s AND invalidated_at IS NULL",
+        (device_id,),
+    )
+    conn.execute("SELECT pg_notify('bothy_device_revoked', %s)", (device_id,))
+
+
+def upsert_thread(conn: Conn, p: Payload) -> None:
+    conn.execute(
+        "INSERT INTO bothy.threads (thread_id, space_id, channel_id, unread_floor_seq)"
+        " VALUES (%s, %s, %s, %s)"
+        " ON CONFLICT (thread_id) DO UPDATE SET space_id = EXCLUDED.space_id,"
+        " channel_id = EXCLUDED.channel_id,"
+        " unread_floor_seq = greatest(bothy.threads.unread_floor_seq, EXCLUDED.unread_floor_seq)",
+        (p["thread_id"], p.get("space_id"), p.get("channel_id"), p.get("unread_floor_seq", 0)),
+    )
+
+
+def add_member(conn: Conn, p: Payload) -> None:
+    conn.execute(
+        "INSERT INTO bothy.members (scope_id, user_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        (p["scope_id"], p["user_id"]),
+    )
+
+
+def remove_member(conn: Conn, p: Payload) -> None:
+    conn.execute(
+        "DELETE FROM bothy.members WHERE scope_id = %s AND user_id = %s",
+        (p["scope_id"], p["user_id"]),
+    )
+
+
+def set_follow(conn: Conn, p: Payload) -> None:
+    conn.execute(
+        "INSERT INTO bothy.follows (thread_id, user_id, level) VALUES (%s, %s, %s)"
+        " ON CONFLICT (thread_id, user_id) DO UPDATE SET level = EXCLUDED.level",
+        (p["thread_id"], p["user_id"], p["level"]),
+    )
+
+
+def mark_read(conn: Conn, p: Payload) -> int:
+    """Move the read position forward (never back); return the stored ``last_read_seq``."""
+    row = conn.execute(
+        "INSERT INTO bothy.read_states (user_id, thread_id, last_read_seq) VALUES (%s, %s, %s)"
+        " ON CONFLICT (user_id, thread_id) DO UPDATE"
+        " SET last_read_seq = greatest(bothy.read_states.last_read_seq, EXCLUDED.last_read_seq)"
+        " RETURNING last_read_seq",
+        (p["user_id"], p["thread_id"], p["seq"]),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def record_messages(conn: Conn, messages: list[tuple[str, int]]) -> None:
+    """Raise ``last_message_seq`` of threads for (thread_id, thread_seq) pairs; create
+    threads never seen."""
+    if not messages:
+        return
+    latest: dict[str, int] = {}
+    for thread_id, seq in messages:
+        latest[thread_id] = max(seq, latest.get(thread_id, 0))
+    conn.execute(
+        "INSERT INTO bothy.threads (thread_id, last_message_seq)"
+        " SELECT * FROM unnest(%s::text[], %s::bigint[])"
+        " ON CONFLICT (thread_id) DO UPDATE SET last_message_seq ="
+        " greatest(bothy.threads.last_message_seq, EXCLUDED.last_message_seq)",
+        (list(latest), list(latest.values())),
+    )
+
+
+def _noop(conn: Conn, p: Payload) -> None:
+    """Events whose effect is a hint only (no projected fact)."""
+
+
+PROJECTIONS: dict[str, Callable[[Conn, Payload], object]] = {
+    "user.upserted": upsert_user,
+    "device.upserted": upsert_device,
+    "thread.upserted": upsert_thread,
+    "member.added": add_member,
+    "member.removed": remove_member,
+    "thread.followed": set_follow,
+    "thread.read": mark_read,
+    "access.expiring": _noop,
+    "hint.requested": _noop,
+}
+"""Projection of every event type except ``message.created`` (batched by the round)."""
