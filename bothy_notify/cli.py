@@ -9,16 +9,20 @@ Exit codes: 0 success, 1 the command failed, 2 bad usage or configuration.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import trio
 
 from bothy_notify.config import Config, ConfigError, Role, load_config
 from bothy_notify.logs import setup_logging
+
+if TYPE_CHECKING:
+    from bothy_notify.wiring import GatewayFactory
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -62,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     push_test.add_argument("--user", required=True)
 
-    demo = sub.add_parser("demo", parents=[common], help="a guided scenario on the embedded database")
+    demo = sub.add_parser(
+        "demo", parents=[common], help="a guided scenario on the embedded database"
+    )
     demo.add_argument("--delay", default="3s", help="the desktop delay used by the demo")
     return parser
 
@@ -81,8 +87,9 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.command == "check-config":
-        print(f"configuration OK ({path or 'built-in defaults'}); role {config.server.role}",
-              file=out)
+        print(
+            f"configuration OK ({path or 'built-in defaults'}); role {config.server.role}", file=out
+        )
         return EXIT_OK
     setup_logging(config.log)
     from bothy_notify import commands
@@ -99,9 +106,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         if args.command == "push":
             return commands.push_test_command(config, args.user, out)
         if args.command == "demo":
-            from bothy_notify.demo import run_demo
-
-            return run_demo(config, args.delay, out)
+            demo = importlib.import_module("bothy_notify.demo")
+            return int(demo.run_demo(config, args.delay, out))
     except ConfigError as exc:
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -139,15 +145,14 @@ def _run(config: Config, role: str | None) -> int:
     return EXIT_OK
 
 
-def _gateway_factory() -> object:
+def _gateway_factory() -> GatewayFactory | None:
     try:
-        from gateway.service import build_gateway
+        service = importlib.import_module("gateway.service")
     except ImportError:
         return None
-    return build_gateway
+    factory: GatewayFactory = service.build_gateway
+    return factory
 
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
-
-

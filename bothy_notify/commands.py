@@ -19,7 +19,7 @@ from bothy_notify.config import Config, JwtAlgorithm
 from bothy_notify.kernel.clock import SystemClock
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.push.factory import build_providers
-from bothy_notify.push.port import OutcomeKind, PushMessage, Target
+from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
 from bothy_notify.push.registry import Providers
 from bothy_notify.store import registrations as regs
 from bothy_notify.store import secrets as secret_store
@@ -39,8 +39,9 @@ def database_url(config: Config, out: TextIO) -> Iterator[str]:
         yield config.database.url.reveal()
         return
     embedded = EmbeddedPostgres(config.database.data_dir)
-    print(f"starting the embedded PostgreSQL in {config.database.data_dir} ...", file=out,
-          flush=True)
+    print(
+        f"starting the embedded PostgreSQL in {config.database.data_dir} ...", file=out, flush=True
+    )
     url = embedded.start()
     try:
         yield url
@@ -70,7 +71,10 @@ def dev_token_command(config: Config, args: argparse.Namespace, out: TextIO) -> 
         raise CommandError("dev-token needs an HS256 key in auth.keys")
     key = keys[0]
     claims: dict[str, object] = {
-        "sub": args.user, "did": args.device, "plat": args.platform, "kind": args.kind,
+        "sub": args.user,
+        "did": args.device,
+        "plat": args.platform,
+        "kind": args.kind,
     }
     if args.scope:
         claims["scope"] = args.scope
@@ -80,8 +84,7 @@ def dev_token_command(config: Config, args: argparse.Namespace, out: TextIO) -> 
         claims["aud"] = config.auth.audience
     headers = {"kid": key.kid} if key.kid else None
     print(
-        mint_token(key.key.reveal(), claims, lifetime=timedelta(hours=args.hours),
-                   headers=headers),
+        mint_token(key.key.reveal(), claims, lifetime=timedelta(hours=args.hours), headers=headers),
         file=out,
     )
     return 0
@@ -131,8 +134,10 @@ def push_test_command(config: Config, user_id: str, out: TextIO) -> int:
     if not any(
         getattr(config.push, name) is not None for name in ("apns", "fcm", "webhook", "fake")
     ):
-        raise CommandError("no push provider is configured ([push.apns], [push.fcm],"
-                           " [push.webhook] or [push.fake]); nothing to test")
+        raise CommandError(
+            "no push provider is configured ([push.apns], [push.fcm],"
+            " [push.webhook] or [push.fake]); nothing to test"
+        )
     with database_url(config, out) as url:
         conn = connect_dedicated(url, autocommit=False)
         try:
@@ -178,8 +183,8 @@ def push_test_command(config: Config, user_id: str, out: TextIO) -> int:
 
 async def _send_tests(
     providers: Providers, found: list[regs.Registration], platforms: dict[str, str]
-) -> list[tuple[regs.Registration, object]]:
-    results: list[tuple[regs.Registration, object]] = []
+) -> list[tuple[regs.Registration, Outcome]]:
+    results: list[tuple[regs.Registration, Outcome]] = []
     message = PushMessage(nid=new_id(), kind="test", count=1, quiet=True)
     try:
         for registration in found:

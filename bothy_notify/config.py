@@ -132,7 +132,7 @@ def parse_duration(text: str) -> timedelta:
     """Parse ``"250ms"``, ``"2s"``, ``"5m"``, ``"1h"``, ``"30d"``; raise ValueError otherwise."""
     match = _DURATION_RE.match(text) if isinstance(text, str) else None
     if match is None:
-        raise ValueError("expected a duration with a unit, like \"250ms\", \"2s\", \"5m\", \"1h\"")
+        raise ValueError('expected a duration with a unit, like "250ms", "2s", "5m", "1h"')
     return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
 
 
@@ -146,13 +146,17 @@ def format_duration(delta: timedelta) -> str:
 
 
 def _meta(
-    doc: str, *, min: float | None = None, max: float | None = None, secret: str = ""
+    doc: str,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    source_rule: str = "",
 ) -> dict[str, Any]:
     """Field metadata: a one-line description, numeric range, and secret policy.
 
-    ``secret`` is ``"ref"`` (env:/secret: only), ``"ref_or_literal"`` or ``"env_or_literal"``.
+    ``source_rule`` is ``"ref"`` (env:/secret: only), ``"ref_or_literal"`` or ``"env_or_literal"``.
     """
-    return {"doc": doc, "min": min, "max": max, "secret": secret}
+    return {"doc": doc, "min": min, "max": max, "secret": source_rule}
 
 
 def _d(text: str) -> timedelta:
@@ -187,7 +191,9 @@ class ClusterConfig:
 class DatabaseConfig:
     url: Secret | None = field(
         default=None,
-        metadata=_meta("PostgreSQL URL; empty starts the embedded server", secret="env_or_literal"),
+        metadata=_meta(
+            "PostgreSQL URL; empty starts the embedded server", source_rule="env_or_literal"
+        ),
     )
     data_dir: str = field(
         default="data/postgres", metadata=_meta("data directory of the embedded server")
@@ -201,7 +207,7 @@ class DatabaseConfig:
 class AuthKey:
     algorithm: JwtAlgorithm = field(metadata=_meta("HS256, RS256 or ES256"))
     key: Secret = field(
-        metadata=_meta("HS256 shared secret or PEM public key", secret="ref_or_literal")
+        metadata=_meta("HS256 shared secret or PEM public key", source_rule="ref_or_literal")
     )
     kid: str = field(default="", metadata=_meta("key id matched against the token's kid"))
 
@@ -284,7 +290,7 @@ class FakeProviderConfig:
 
 @dataclass(frozen=True)
 class ApnsConfig:
-    key: Secret = field(metadata=_meta("PKCS#8 PEM of the .p8 key", secret="ref"))
+    key: Secret = field(metadata=_meta("PKCS#8 PEM of the .p8 key", source_rule="ref"))
     key_id: str = field(metadata=_meta("the key's 10-character id"))
     team_id: str = field(metadata=_meta("the 10-character team id"))
     bundle_id: str = field(metadata=_meta("the app's bundle id (apns-topic)"))
@@ -296,7 +302,7 @@ class ApnsConfig:
 
 @dataclass(frozen=True)
 class FcmConfig:
-    service_account: Secret = field(metadata=_meta("service-account JSON", secret="ref"))
+    service_account: Secret = field(metadata=_meta("service-account JSON", source_rule="ref"))
     endpoint: str = field(default="", metadata=_meta("override of the FCM base URL"))
     ca_file: str = field(default="", metadata=_meta("CA bundle for the endpoint and token URL"))
 
@@ -387,6 +393,10 @@ def _strict(kind: type, label: str) -> Callable[[Any, type], Any]:
     return hook
 
 
+def _origin(t: Any) -> Any:
+    return get_origin(t)
+
+
 def _make_converter(env: Mapping[str, str]) -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
     conv.register_structure_hook(int, _strict(int, "an integer"))
@@ -395,7 +405,7 @@ def _make_converter(env: Mapping[str, str]) -> cattrs.Converter:
 
     def duration(value: Any, _t: type) -> timedelta:
         if not isinstance(value, str):
-            raise TypeError("expected a duration string with a unit, like \"2s\"")
+            raise TypeError('expected a duration string with a unit, like "2s"')
         return parse_duration(value)
 
     conv.register_structure_hook(timedelta, duration)
@@ -431,10 +441,11 @@ def _make_converter(env: Mapping[str, str]) -> cattrs.Converter:
     def tuple_hook(value: Any, t: Any) -> tuple[Any, ...]:
         if not isinstance(value, list | tuple):
             raise TypeError("expected an array")
-        return tuple(conv.structure(list(value), list[get_args(t)[0]]))  # type: ignore[misc]
+        item_type: Any = get_args(t)[0]
+        return tuple(conv.structure(list(value), list[item_type]))
 
     conv.register_structure_hook_func(
-        lambda t: get_origin(t) is tuple and len(get_args(t)) == 2 and get_args(t)[1] is ...,
+        lambda t: _origin(t) is tuple and len(get_args(t)) == 2 and get_args(t)[1] is ...,
         tuple_hook,
     )
 
@@ -444,7 +455,7 @@ def _make_converter(env: Mapping[str, str]) -> cattrs.Converter:
         _k, v_type = get_args(t)
         return {str(k): conv.structure(v, v_type) for k, v in value.items()}
 
-    conv.register_structure_hook_func(lambda t: get_origin(t) is Mapping, mapping_hook)
+    conv.register_structure_hook_func(lambda t: _origin(t) is Mapping, mapping_hook)
     return conv
 
 

@@ -35,9 +35,7 @@ class JsonFormatter(logging.Formatter):
 
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        extras = " ".join(
-            f"{k}={v}" for k, v in record.__dict__.items() if k not in _STANDARD
-        )
+        extras = " ".join(f"{k}={v}" for k, v in record.__dict__.items() if k not in _STANDARD)
         line = f"{record.levelname.lower():7} {record.name}: {record.getMessage()}"
         return f"{line} {extras}" if extras else line
 

@@ -27,6 +27,7 @@ import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Protocol
 
 import psycopg
@@ -94,11 +95,14 @@ BACKOFF_CAP = timedelta(minutes=10)
 """Longest retry delay from backoff alone (a provider's minimum may be longer)."""
 
 
+_RANDOM = random.Random()  # noqa: S311 - retry jitter, not cryptography
+
+
 def backoff(attempt: int, rng: random.Random | None = None) -> timedelta:
     """Exponential backoff with jitter: ``base * 2**(attempt-1)``, capped, times [0.5, 1)."""
-    rng = rng or random
-    exp = min(BACKOFF_CAP, BACKOFF_BASE * (2 ** max(0, attempt - 1)))
-    return exp * (0.5 + rng.random() / 2)
+    draw = (rng or _RANDOM).random()
+    exp = min(BACKOFF_CAP, BACKOFF_BASE * (1 << max(0, attempt - 1)))
+    return exp * (0.5 + draw / 2)
 
 
 def retry_or_fail(
@@ -153,9 +157,9 @@ class JobRunner:
         self._freed = trio.Event()
         self._stopping = False
         self._idle = trio.Event()
-        self._results_send, self._results_recv = trio.open_memory_channel[
-            tuple[Job, JobResult]
-        ](config.concurrency)
+        self._results_send, self._results_recv = trio.open_memory_channel[tuple[Job, JobResult]](
+            config.concurrency
+        )
         self.running = False
 
     def __repr__(self) -> str:
@@ -227,7 +231,9 @@ class JobRunner:
             now = self._clock.now()
             try:
                 jobs = await self._db.run(
-                    lambda c: queue.claim(c, now, limit, self._config.lease, kinds)
+                    partial(
+                        queue.claim, now=now, limit=limit, lease=self._config.lease, kinds=kinds
+                    )
                 )
             except (StoreError, psycopg.Error):
                 log.warning("claiming jobs failed; retrying after the poll interval")
@@ -306,7 +312,7 @@ class JobRunner:
         while True:
             now = self._clock.now()
             try:
-                await self._db.run(lambda c: _apply_results(c, batch, now))
+                await self._db.run(partial(_apply_results, batch=batch, now=now))
                 break
             except (StoreError, psycopg.Error):
                 log.warning("recording job results failed; retrying")
@@ -357,13 +363,7 @@ class JobRunner:
                 continue
             until = self._clock.now() + self._config.lease
             try:
-                await self._db.run(
-                    lambda c: c.execute(
-                        "UPDATE bothy.jobs SET lease_until = %s WHERE id = ANY(%s)"
-                        " AND state = 'running'",
-                        (until, ids),
-                    )
-                )
+                await self._db.run(partial(queue.renew, ids=ids, until=until))
             except (StoreError, psycopg.Error):
                 log.warning("renewing job leases failed")
 
@@ -375,7 +375,7 @@ def _wait_notify(conn: Conn, timeout: float) -> bool:
     return woke
 
 
-def _apply_results(conn: Conn, batch: list[tuple[Job, JobResult]], now: datetime) -> None:
+def _apply_results(conn: Conn, *, batch: list[tuple[Job, JobResult]], now: datetime) -> None:
     done: list[int] = []
     failed: list[tuple[int, str]] = []
     retries: list[tuple[int, datetime, str]] = []

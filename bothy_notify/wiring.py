@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from datetime import timedelta
+from functools import partial
 from typing import Any, Literal, Protocol, TextIO
 
 import trio
@@ -42,7 +42,7 @@ from bothy_notify.notify.routes import FailClosedRoutes, JobLiveRoutes, LiveRout
 from bothy_notify.push.factory import build_providers
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.registry import Providers
-from bothy_notify.runner import JobRunner
+from bothy_notify.runner import JobHandler, JobRunner
 from bothy_notify.store import secrets as secret_store
 from bothy_notify.store.db import Database, connect_dedicated
 from bothy_notify.store.embedded import EmbeddedPostgres
@@ -186,8 +186,12 @@ class Daemon:
                 gateway_address: str | None = None
                 if spec.gateway and self._gateway_factory is not None:
                     self.gateway = self._gateway_factory(
-                        config=config, db=db, clock=self.clock, metrics=self.metrics,
-                        verifier=TokenVerifier(config.auth), database_url=url,
+                        config=config,
+                        db=db,
+                        clock=self.clock,
+                        metrics=self.metrics,
+                        verifier=TokenVerifier(config.auth),
+                        database_url=url,
                     )
                     gateway_address = await nursery.start(self.gateway.run)
                     if spec.presence == "hub":
@@ -236,7 +240,7 @@ class Daemon:
         publisher: EphemeralPublisher | None,
     ) -> None:
         config, clock, metrics = self.config, self.clock, self.metrics
-        handlers = [
+        handlers: list[JobHandler] = [
             PushSendHandler(
                 db=db, providers=providers, clock=clock, config=config.push, metrics=metrics
             ),

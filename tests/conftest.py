@@ -85,7 +85,6 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-
 @pytest.fixture
 async def launch(nursery: trio.Nursery, database_url: str) -> AsyncIterator[Any]:
     """Start daemons on this test's database: ``node = await launch(config=...)``.

@@ -104,8 +104,14 @@ class Node:
         return seqs
 
     async def register(
-        self, user: str, device: str, token: str, *, platform: str = "ios",
-        provider: str = "fake", **extra: Any,
+        self,
+        user: str,
+        device: str,
+        token: str,
+        *,
+        platform: str = "ios",
+        provider: str = "fake",
+        **extra: Any,
     ) -> dict[str, Any]:
         response = await self.http.post(
             f"{self.api}/v1/registrations",

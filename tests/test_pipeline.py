@@ -43,9 +43,7 @@ def sends_to(node: Node, token: str) -> list[dict]:
     return [s.payload for s in node.fake.sends if s.token == token]
 
 
-async def test_follower_phone_gets_one_content_free_push(
-    launch: Launch
-) -> None:
+async def test_follower_phone_gets_one_content_free_push(launch: Launch) -> None:
     node = await launch()
     await world(node)
     await node.append(message(1))
@@ -59,9 +57,7 @@ async def test_follower_phone_gets_one_content_free_push(
     assert sends_to(node, "sam-token") == []  # the author hears nothing
 
 
-async def test_follower_without_access_gets_nothing(
-    launch: Launch
-) -> None:
+async def test_follower_without_access_gets_nothing(launch: Launch) -> None:
     node = await launch()
     await world(node)
     await node.append(message(1))
@@ -71,9 +67,7 @@ async def test_follower_without_access_gets_nothing(
     assert node.skipped("no_access") == 1
 
 
-async def test_follower_who_read_past_the_message_gets_nothing(
-    launch: Launch
-) -> None:
+async def test_follower_who_read_past_the_message_gets_nothing(launch: Launch) -> None:
     node = await launch()
     await world(node)
     await node.append(ev("thread.read", user_id="alex", thread_id="t1", seq=3), message(2))
@@ -83,9 +77,7 @@ async def test_follower_who_read_past_the_message_gets_nothing(
     assert node.skipped("read") == 1
 
 
-async def test_mention_reaches_a_person_whose_level_is_mentions(
-    launch: Launch
-) -> None:
+async def test_mention_reaches_a_person_whose_level_is_mentions(launch: Launch) -> None:
     node = await launch()
     await world(node)
     await node.append(ev("thread.followed", user_id="alex", thread_id="t1", level="mentions"))
@@ -96,9 +88,7 @@ async def test_mention_reaches_a_person_whose_level_is_mentions(
     assert payload["kind"] == "mention" and payload["message_id"] == "m2"
 
 
-async def test_ten_messages_in_a_window_give_one_hint_and_one_flush_hint(
-    launch: Launch
-) -> None:
+async def test_ten_messages_in_a_window_give_one_hint_and_one_flush_hint(launch: Launch) -> None:
     config = make_config(notify={"coalesce_window": "30s"})
     node = await launch(config=config)
     await world(node)
@@ -115,16 +105,16 @@ async def test_ten_messages_in_a_window_give_one_hint_and_one_flush_hint(
     assert len(sends_to(node, "robin-token")) == 0
 
 
-async def test_flush_after_reading_sends_nothing(
-    launch: Launch
-) -> None:
+async def test_flush_after_reading_sends_nothing(launch: Launch) -> None:
     config = make_config(notify={"coalesce_window": "30s"})
     node = await launch(config=config)
     await world(node)
     await node.append(*[message(seq) for seq in range(1, 4)])
     await node.settle()
     response = await node.request(
-        "PUT", "/v1/threads/t1/read", json={"seq": 3},
+        "PUT",
+        "/v1/threads/t1/read",
+        json={"seq": 3},
         token=device_token("alex", "alex-phone"),
     )
     assert response.status_code == 200
@@ -133,9 +123,7 @@ async def test_flush_after_reading_sends_nothing(
     assert len(sends_to(node, "alex-token")) == 1
 
 
-async def test_dead_token_is_tried_once_then_invalidated_and_never_again(
-    launch: Launch
-) -> None:
+async def test_dead_token_is_tried_once_then_invalidated_and_never_again(launch: Launch) -> None:
     node = await launch()
     await world(node)
     await node.register("alex", "alex-phone", "dead-alex")
@@ -144,7 +132,8 @@ async def test_dead_token_is_tried_once_then_invalidated_and_never_again(
     assert len(sends_to(node, "dead-alex")) == 1
 
     listed = await node.request(
-        "GET", "/v1/registrations",
+        "GET",
+        "/v1/registrations",
         token=device_token("alex", "alex-phone"),
     )
     states = {r["state"] for r in listed.json()["registrations"]}
@@ -156,9 +145,7 @@ async def test_dead_token_is_tried_once_then_invalidated_and_never_again(
     assert len(sends_to(node, "alex-token")) == 2
 
 
-async def test_every_job_arg_is_an_id_or_an_integer(
-    launch: Launch
-) -> None:
+async def test_every_job_arg_is_an_id_or_an_integer(launch: Launch) -> None:
     config = make_config(notify={"coalesce_window": "30s"})
     node = await launch(config=config)
     await world(node)
@@ -166,8 +153,13 @@ async def test_every_job_arg_is_an_id_or_an_integer(
         message(1, mentions=["alex"]),
         message(2),
         ev("access.expiring", user_id="alex", target_id="grant-7"),
-        ev("device.upserted", device_id="alex-laptop", user_id="alex", platform="macos",
-           state="pending"),
+        ev(
+            "device.upserted",
+            device_id="alex-laptop",
+            user_id="alex",
+            platform="macos",
+            state="pending",
+        ),
     )
     await node.settle()
     await node.advance(30)

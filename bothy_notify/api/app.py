@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -104,7 +105,8 @@ async def serve_api(
     config.keep_alive_max_requests = 1_000_000
 
     async def run(*, task_status: trio.TaskStatus[list[str]]) -> None:
-        await serve(app, config, shutdown_trigger=shutdown.wait, task_status=task_status)
+        asgi: Any = app
+        await serve(asgi, config, shutdown_trigger=shutdown.wait, task_status=task_status)
 
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(run)

@@ -17,43 +17,54 @@ import uuid
 ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 _ID_RE = re.compile(ID_PATTERN)
 
-_lock = threading.Lock()
-_last_ms = 0
-_counter = 0
-
 
 def is_valid_id(value: object) -> bool:
     """Whether ``value`` is a string of the app ID shape."""
     return isinstance(value, str) and _ID_RE.fullmatch(value) is not None
 
 
-def uuid7() -> uuid.UUID:
-    """A new UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then random bits.
+class _Uuid7Source:
+    """Monotonic UUIDv7 generation (RFC 9562) shared by the process.
 
-    Within one millisecond a 12-bit counter keeps IDs of this process
-    increasing; when it runs out the timestamp is borrowed from the next
-    millisecond, so IDs never go backwards.
+    48 bits of Unix milliseconds, then a 12-bit counter that keeps IDs of this
+    process increasing within one millisecond (when it runs out, the timestamp
+    is borrowed from the next millisecond, so IDs never go backwards), then
+    random bits.
     """
-    global _last_ms, _counter
-    with _lock:
-        ms = time.time_ns() // 1_000_000
-        if ms <= _last_ms:
-            _counter += 1
-            if _counter > 0xFFF:
-                _last_ms += 1
-                _counter = 0
-            ms = _last_ms
-        else:
-            _last_ms = ms
-            _counter = int.from_bytes(os.urandom(2), "big") & 0x3FF
-        counter = _counter
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
-    value = (ms & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76
-    value |= counter << 64
-    value |= 0b10 << 62
-    value |= rand
-    return uuid.UUID(int=value)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_ms = 0
+        self._counter = 0
+
+    def next(self) -> uuid.UUID:
+        with self._lock:
+            ms = time.time_ns() // 1_000_000
+            if ms <= self._last_ms:
+                self._counter += 1
+                if self._counter > 0xFFF:
+                    self._last_ms += 1
+                    self._counter = 0
+                ms = self._last_ms
+            else:
+                self._last_ms = ms
+                self._counter = int.from_bytes(os.urandom(2), "big") & 0x3FF
+            counter = self._counter
+        rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+        value = (ms & ((1 << 48) - 1)) << 80
+        value |= 0x7 << 76
+        value |= counter << 64
+        value |= 0b10 << 62
+        value |= rand
+        return uuid.UUID(int=value)
+
+
+_source = _Uuid7Source()
+
+
+def uuid7() -> uuid.UUID:
+    """A new UUIDv7: time-ordered, increasing within this process."""
+    return _source.next()
 
 
 def new_id() -> str:

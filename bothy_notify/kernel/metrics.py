@@ -19,7 +19,7 @@ from prometheus_client import (
 )
 
 # The *_created series double every counter's output and no dashboard reads them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 SKIP_REASONS = (
     "no_access",
@@ -74,7 +74,9 @@ class Metrics:
             registry=r,
         )
         self.hints = Counter(
-            "bothy_hints", "Hints decided with at least one route, by kind class.", ["kind"],
+            "bothy_hints",
+            "Hints decided with at least one route, by kind class.",
+            ["kind"],
             registry=r,
         )
         self.hints_coalesced = Counter(
@@ -100,7 +102,9 @@ class Metrics:
             registry=r,
         )
         self.jobs_depth = Gauge(
-            "bothy_jobs_depth", "Jobs in the queue by kind and state.", ["kind", "state"],
+            "bothy_jobs_depth",
+            "Jobs in the queue by kind and state.",
+            ["kind", "state"],
             registry=r,
         )
         self.jobs_lag_seconds = Gauge(
@@ -109,7 +113,9 @@ class Metrics:
             registry=r,
         )
         self.jobs_finished = Counter(
-            "bothy_jobs_finished", "Job attempts finished, by kind and result.", ["kind", "result"],
+            "bothy_jobs_finished",
+            "Job attempts finished, by kind and result.",
+            ["kind", "result"],
             registry=r,
         )
         self.registrations_invalidated = Counter(
@@ -126,7 +132,7 @@ class Metrics:
 
     def skipped(self, reason: str) -> float:
         """The current value of ``bothy_push_skipped_total{reason}`` (tests, demo)."""
-        return self.push_skipped.labels(reason)._value.get()
+        return float(self.push_skipped.labels(reason)._value.get())
 
     def render(self) -> bytes:
         """The registry in the Prometheus text format."""

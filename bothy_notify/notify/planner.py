@@ -150,8 +150,9 @@ class Decider:
                     presence=presence.get(user, no_presence),
                 )
                 key = (user, hint.thread_id or "")
-                decision = decide(hint, recipient, self.policy, window=windows.get(key),
-                                  now=self.now)
+                decision = decide(
+                    hint, recipient, self.policy, window=windows.get(key), now=self.now
+                )
                 self._apply(hint, decision, appended_at, key, windows, changed)
         facts.save_windows(self.conn, ((u, t, w) for (u, t), w in changed.items()))
 
@@ -174,7 +175,11 @@ class Decider:
             out.hints[_kind_class(decision.kind)] += 1
             out.jobs.extend(
                 jobs_for(
-                    hint, decision, self.live, now=self.now, appended_at=appended_at,
+                    hint,
+                    decision,
+                    self.live,
+                    now=self.now,
+                    appended_at=appended_at,
                     push_max_attempts=self.config.push.max_attempts,
                 )
             )

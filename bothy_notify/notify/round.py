@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 from datetime import datetime
+from typing import Any
 
 import psycopg
 import trio
@@ -196,7 +196,7 @@ class ConsumerRound:
         self.is_holder = value
         self._metrics.consumer_holder.set(1 if value else 0)
 
-    async def _thread(self, fn: Callable[..., object], *args: object) -> Any:  # noqa: ANN401
+    async def _thread(self, fn: Callable[..., Any], *args: object) -> Any:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
 

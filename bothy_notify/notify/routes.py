@@ -43,7 +43,12 @@ class LiveRoutes(Protocol):
         ...
 
     def delayed(
-        self, hint: Hint, delivery: Delivery, route: Route, *, now: datetime,
+        self,
+        hint: Hint,
+        delivery: Delivery,
+        route: Route,
+        *,
+        now: datetime,
         appended_at: datetime,
     ) -> Sequence[JobSpec]:
         """The job(s) for one delayed push route."""
@@ -119,7 +124,12 @@ class JobLiveRoutes:
         ]
 
     def delayed(
-        self, hint: Hint, delivery: Delivery, route: Route, *, now: datetime,
+        self,
+        hint: Hint,
+        delivery: Delivery,
+        route: Route,
+        *,
+        now: datetime,
         appended_at: datetime,
     ) -> Sequence[JobSpec]:
         return push_jobs(
@@ -154,7 +164,12 @@ class FailClosedRoutes:
         return self._drop()
 
     def delayed(
-        self, hint: Hint, delivery: Delivery, route: Route, *, now: datetime,
+        self,
+        hint: Hint,
+        delivery: Delivery,
+        route: Route,
+        *,
+        now: datetime,
         appended_at: datetime,
     ) -> Sequence[JobSpec]:
         return self._drop()
@@ -179,8 +194,13 @@ def jobs_for(
         if route.via is Via.PUSH:
             specs.extend(
                 push_jobs(
-                    hint, delivery, route, scheduled_at=now, release_seq=0,
-                    appended_at=appended_at, max_attempts=push_max_attempts,
+                    hint,
+                    delivery,
+                    route,
+                    scheduled_at=now,
+                    release_seq=0,
+                    appended_at=appended_at,
+                    max_attempts=push_max_attempts,
                 )
             )
         elif route.via is Via.GATEWAY:

@@ -68,8 +68,9 @@ class FakeProvider:
 
     async def send(self, target: Target, message: PushMessage) -> Outcome:
         outcome = outcome_for_token(target.token)
-        record = FakeSend(target.registration_id, target.token, message.payload(),
-                          outcome.kind.value)
+        record = FakeSend(
+            target.registration_id, target.token, message.payload(), outcome.kind.value
+        )
         self.sends.append(record)
         changed, self.changed = self.changed, trio.Event()
         changed.set()

@@ -32,7 +32,9 @@ class EmbeddedPostgres:
             warnings.simplefilter("ignore")
             import pgserver
 
-            self._server = pgserver.get_server(self.data_dir, cleanup_mode="stop")
+            self._server = pgserver.get_server(  # type: ignore[attr-defined]
+                self.data_dir, cleanup_mode="stop"
+            )
         return str(self._server.get_uri())
 
     def stop(self) -> None:

@@ -171,8 +171,15 @@ def save_windows(conn: Conn, changed: Iterable[tuple[str, str, Window]]) -> None
     """Upsert windows (an opened window replaces a closed one of the same key)."""
     rows = [
         (
-            u, t, w.opened_at, w.closes_at, w.count, w.first_seq, w.newest_seq,
-            w.newest_message_id, w.mention,
+            u,
+            t,
+            w.opened_at,
+            w.closes_at,
+            w.count,
+            w.first_seq,
+            w.newest_seq,
+            w.newest_message_id,
+            w.mention,
         )
         for u, t, w in changed
     ]
@@ -211,4 +218,3 @@ def read_position(conn: Conn, user_id: str, thread_id: str) -> int:
         (user_id, thread_id, thread_id),
     ).fetchone()
     return int(row[0]) if row else 0
-

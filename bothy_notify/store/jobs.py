@@ -75,14 +75,18 @@ def insert(conn: Conn, specs: Sequence[JobSpec], now: datetime) -> int:
         with (
             conn.cursor() as cur,
             cur.copy(
-                "COPY bothy.jobs (kind, args, scheduled_at, max_attempts, created_at)"
-                " FROM STDIN"
+                "COPY bothy.jobs (kind, args, scheduled_at, max_attempts, created_at) FROM STDIN"
             ) as copy,
         ):
             for s in plain:
                 copy.write_row(
-                    (s.kind, json.dumps(s.args, separators=(",", ":")), s.scheduled_at,
-                     s.max_attempts, now)
+                    (
+                        s.kind,
+                        json.dumps(s.args, separators=(",", ":")),
+                        s.scheduled_at,
+                        s.max_attempts,
+                        now,
+                    )
                 )
         inserted += len(plain)
     if keyed:
@@ -162,6 +166,15 @@ def retry(conn: Conn, retries: Sequence[tuple[int, datetime, str]]) -> None:
             " last_error = r.e FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[])"
             " AS r(i, s, e) WHERE j.id = r.i AND j.state = 'running'",
             ([r[0] for r in retries], [r[1] for r in retries], [r[2] for r in retries]),
+        )
+
+
+def renew(conn: Conn, ids: Sequence[int], until: datetime) -> None:
+    """Extend the lease of jobs this runner is still running."""
+    if ids:
+        conn.execute(
+            "UPDATE bothy.jobs SET lease_until = %s WHERE id = ANY(%s) AND state = 'running'",
+            (until, list(ids)),
         )
 
 

@@ -66,7 +66,7 @@ def migrate(conn: Conn, progress: Callable[[str], None] | None = None) -> Migrat
             if progress is not None:
                 progress(f"applying migration {version}")
             log.info("applying migration", extra={"migration": version})
-            conn.execute(path.read_text(encoding="utf-8"))  # type: ignore[arg-type]
+            conn.execute(path.read_text(encoding="utf-8").encode())
             conn.execute("INSERT INTO bothy.schema_migrations (version) VALUES (%s)", (version,))
             applied.append(version)
         for name, schema in load_event_schemas().items():

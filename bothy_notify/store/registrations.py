@@ -99,8 +99,7 @@ def upsert(
         "    AND bothy.push_registrations.user_id = EXCLUDED.user_id"
         "    THEN bothy.push_registrations.last_error_at END"
         f" RETURNING {_COLUMNS}, (xmax = 0) AS inserted",
-        (new_id(), user_id, device_id, provider, token, environment, app_id, signing_key,
-         now, now),
+        (new_id(), user_id, device_id, provider, token, environment, app_id, signing_key, now, now),
     ).fetchone()
     assert row is not None
     return Registration(*row[:-1]), bool(row[-1])

@@ -116,8 +116,12 @@ def decide(
         and policy.coalesce_window > timedelta(0)
     )
     if coalescing and window is not None and window.is_open(now):
-        return Fold(user, fold_into(window, hint.message_seq, hint.message_id or "",
-                                    mentioned=kind == Kind.MENTION))
+        return Fold(
+            user,
+            fold_into(
+                window, hint.message_seq, hint.message_id or "", mentioned=kind == Kind.MENTION
+            ),
+        )
 
     if hint.thread_id is not None and any(
         hint.thread_id in entry.focus and not entry.idle for entry in facts.presence

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 
 from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock, from_unix_micros
@@ -56,14 +57,14 @@ class FlushHandler:
         for job in jobs:
             args = FlushArgs.from_args(job.args)
             now = self._clock.now()
-            outcome, result = await self._db.run(lambda c, a=args, t=now: self._flush(c, a, t))
+            outcome, result = await self._db.run(partial(self._flush, args=args, now=now))
             for reason, n in outcome.skips.items():
                 self._metrics.skip(reason, n)
             for kind, n in outcome.hints.items():
                 self._metrics.hints.labels(kind).inc(n)
             await report(job, Done(result))
 
-    def _flush(self, conn: Conn, args: FlushArgs, now: datetime) -> tuple[RoundOutcome, str]:
+    def _flush(self, conn: Conn, *, args: FlushArgs, now: datetime) -> tuple[RoundOutcome, str]:
         outcome = RoundOutcome()
         row = conn.execute(
             "DELETE FROM bothy.hint_windows WHERE user_id = %s AND thread_id = %s"
@@ -86,7 +87,11 @@ class FlushHandler:
         if hint is None:
             return outcome, "nothing_unread"
         decider = Decider(
-            conn, now=now, config=self._config, presence=self._presence, live=self._live,
+            conn,
+            now=now,
+            config=self._config,
+            presence=self._presence,
+            live=self._live,
             outcome=outcome,
         )
         decider.decide_group([(hint, [args.user_id], now)], windows_on=False)

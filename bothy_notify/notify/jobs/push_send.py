@@ -125,7 +125,11 @@ class PushSendHandler:
         plans: dict[int, _Send | SkipReason] = {}
         for job_id, a in parsed.items():
             found = loaded.get(a.registration_id)
-            if found is None or found[0].invalidated_at is not None or found[0].user_id != a.user_id:
+            if (
+                found is None
+                or found[0].invalidated_at is not None
+                or found[0].user_id != a.user_id
+            ):
                 plans[job_id] = SkipReason.NO_REGISTRATION
                 continue
             if hint_age_exceeded(a.due_at, now, self._config):
@@ -197,9 +201,7 @@ class PushSendHandler:
                         "reason": reason,
                     },
                 )
-            return Done(
-                outcome.kind.value, lambda c, now: regs.mark_error(c, reg_id, reason, now)
-            )
+            return Done(outcome.kind.value, lambda c, now: regs.mark_error(c, reg_id, reason, now))
         max_strikes = self._config.max_strikes
 
         def strike(c: Conn, now: datetime) -> None:
