@@ -82,6 +82,7 @@ class ConsumerRound:
         self._limiter = trio.CapacityLimiter(1)
         self.is_holder = False
         self.rounds = 0
+        self.lock_attempts = 0
         self.last_progress = time.monotonic()
 
     def __repr__(self) -> str:
@@ -100,16 +101,14 @@ class ConsumerRound:
             conn: Conn | None = None
             try:
                 conn = await self._thread(connect_dedicated, self._url)
+                held = await self._try_lock(conn)
                 if not started:
-                    held = await self._thread(_try_lock, conn)
                     started = True
                     task_status.started()
-                else:
-                    held = await self._thread(_try_lock, conn)
                 while not held:
                     self.last_progress = time.monotonic()
                     await trio.sleep(poll)
-                    held = await self._thread(_try_lock, conn)
+                    held = await self._try_lock(conn)
                 await self._hold(conn)
             except (psycopg.OperationalError, psycopg.InterfaceError, StoreError):
                 log.warning("consumer round lost its database connection; reconnecting")
@@ -122,6 +121,11 @@ class ConsumerRound:
                 if conn is not None:
                     with trio.CancelScope(shield=True):
                         await self._thread(conn.close)
+
+    async def _try_lock(self, conn: Conn) -> bool:
+        self.lock_attempts += 1
+        held: bool = await self._thread(_try_lock, conn)
+        return held
 
     async def _hold(self, conn: Conn) -> None:
         self._set_holder(True)
@@ -201,7 +205,7 @@ class ConsumerRound:
 
 
 def _try_lock(conn: Conn) -> bool:
-    with conn.transaction():
+    with conn.transaction():  # a session lock: it outlives this transaction
         row = conn.execute("SELECT pg_try_advisory_lock(%s)", (ROUND_LOCK_KEY,)).fetchone()
     return bool(row and row[0])
 

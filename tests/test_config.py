@@ -1,0 +1,190 @@
+"""Configuration: the loader, the example file and the JSON schema say the same thing,
+and every bad input stops startup with a message naming the key."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import tomlkit
+from jsonschema import Draft202012Validator
+
+from bothy_notify.cli import main
+from bothy_notify.config import (
+    Config,
+    ConfigError,
+    Secret,
+    format_duration,
+    iter_keys,
+    load_config,
+    load_config_text,
+    parse_duration,
+    resolve_store_secrets,
+)
+from bothy_notify.paths import CONFIG_DIR, SCHEMA_DIR
+
+EXAMPLE = CONFIG_DIR / "bothy-notify.example.toml"
+SCHEMA = json.loads((SCHEMA_DIR / "config.schema.json").read_text())
+
+
+def schema_keys(node: dict[str, Any], prefix: str = "") -> set[str]:
+    keys: set[str] = set()
+    for name, sub in node.get("properties", {}).items():
+        path = f"{prefix}{name}"
+        if sub.get("type") == "object" and "properties" in sub:
+            keys |= schema_keys(sub, path + ".")
+        elif sub.get("type") == "array" and "properties" in sub.get("items", {}):
+            keys |= schema_keys(sub["items"], path + "[].")
+        elif sub.get("type") == "object" and "properties" in sub.get("additionalProperties", {}):
+            keys |= schema_keys(sub["additionalProperties"], path + ".*.")
+        else:
+            keys.add(path)
+    return keys
+
+
+def example_keys() -> set[str]:
+    """Keys set or shown commented out in the example, with their section."""
+    keys: set[str] = set()
+    section = ""
+    for raw in EXAMPLE.read_text().splitlines():
+        line = raw.strip()
+        commented = line.startswith("#")
+        body = line.lstrip("#").strip()
+        header = re.fullmatch(r"\[\[?([a-z_.\"*:]+)\]\]?", body)
+        if header and (not commented or body.startswith("[")):
+            name = header.group(1)
+            if "." in name and '"' in name:
+                name = re.sub(r'\."[^"]+"', ".*", name)
+            section = name + ("[]" if body.startswith("[[") else "")
+            continue
+        assignment = re.fullmatch(r"([a-z_]+)\s*=.*", body)
+        if assignment:
+            keys.add(f"{section}.{assignment.group(1)}" if section else assignment.group(1))
+    return keys
+
+
+def test_loader_example_and_schema_name_the_same_keys() -> None:
+    loader = set(iter_keys())
+    assert schema_keys(SCHEMA) == loader
+    assert example_keys() == loader
+
+
+def test_schema_defaults_equal_the_loader_defaults() -> None:
+    defaults = Config()
+
+    def walk(node: dict[str, Any], obj: Any, prefix: str) -> None:
+        for name, sub in node.get("properties", {}).items():
+            value = getattr(obj, name)
+            if "default" in sub:
+                expected = sub["default"]
+                if isinstance(value, timedelta):
+                    assert parse_duration(expected) == value, prefix + name
+                elif isinstance(value, tuple):
+                    assert list(value) == expected, prefix + name
+                else:
+                    assert value == expected, prefix + name
+            elif sub.get("type") == "object" and "properties" in sub and value is not None:
+                walk(sub, value, prefix + name + ".")
+
+    walk(SCHEMA, defaults, "")
+
+
+def test_the_example_file_is_a_valid_configuration_and_matches_the_schema() -> None:
+    config = load_config(EXAMPLE)
+    assert config == Config()
+    Draft202012Validator(SCHEMA).validate(tomlkit.parse(EXAMPLE.read_text()).unwrap())
+
+
+def test_the_dev_configuration_loads() -> None:
+    config = load_config(CONFIG_DIR / "dev.toml")
+    assert config.server.dev and config.push.fake is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[server]\nrole = \"boss\"", "server.role: expected one of: all, worker, api"),
+        ("[server]\nbogus = 1", "server.bogus: unknown key"),
+        ("[bogus]\nx = 1", "bogus: unknown key"),
+        ("[sync]\noutbound_queue_max = 0", "sync.outbound_queue_max: must be at least 1"),
+        ("[sync]\noutbound_queue_max = \"5\"", "sync.outbound_queue_max: expected an integer"),
+        ("[push]\nmax_age = \"5 minutes\"", "push.max_age: expected a duration"),
+        ("[push]\nmax_age = 300", "push.max_age: expected a duration string"),
+        ("[notify]\ncoalesce_window = \"2d\"", "notify.coalesce_window: must be at most 1d"),
+        ("[server]\ndev = \"yes\"", "server.dev: expected true or false"),
+        ("[server]\napi_listen = \"nowhere\"", "server.api_listen: expected host:port"),
+        ("[notify]\ncategories = [\"messages\"]", "notify.categories: 'messages' is built in"),
+        ("[[auth.keys]]\nalgorithm = \"HS256\"\nkey = \"inline\"",
+         "auth.keys[0].key: an HS256 secret must be env:NAME or secret:NAME"),
+        ("[[auth.keys]]\nalgorithm = \"RS512\"\nkey = \"x\"", "auth.keys[0].algorithm"),
+        ("[push.apns]\nkey = \"env:APNS\"\nkey_id = \"K\"\nteam_id = \"T\"",
+         "push.apns.bundle_id: required key is missing"),
+        ("[database]\nurl = \"secret:db\"", "database.url: secret: cannot be used here"),
+        ("server = 3", "server: "),
+        ("not toml at all [", "not valid TOML"),
+    ],
+)
+def test_bad_configuration_names_the_key(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_config_text(text, env={"APNS": "pem"})
+    assert message in str(error.value)
+
+
+def test_env_secrets_resolve_at_load_and_never_show_in_reprs_or_errors() -> None:
+    config = load_config_text(
+        "[[auth.keys]]\nalgorithm = \"HS256\"\nkey = \"env:JWT_KEY\"",
+        env={"JWT_KEY": "super-secret-value-123"},
+    )
+    key = config.auth.keys[0].key
+    assert key.reveal() == "super-secret-value-123"
+    assert "super-secret" not in repr(config) and "super-secret" not in str(key)
+    with pytest.raises(ConfigError) as error:
+        load_config_text("[[auth.keys]]\nalgorithm = \"HS256\"\nkey = \"env:MISSING\"", env={})
+    assert "environment variable MISSING is not set" in str(error.value)
+
+
+def test_store_secrets_resolve_at_start_and_a_missing_one_names_the_key() -> None:
+    text = "[push.fcm]\nservice_account = \"secret:fcm-sa\""
+    config = load_config_text(text, env={})
+    resolved = resolve_store_secrets(config, {"fcm-sa": "{json}"}.get)
+    assert resolved.push.fcm is not None
+    assert resolved.push.fcm.service_account.reveal() == "{json}"
+    with pytest.raises(ConfigError) as error:
+        resolve_store_secrets(config, {}.get)
+    assert "push.fcm.service_account: secret 'fcm-sa' is not in the secret store" in str(
+        error.value
+    )
+
+
+def test_secret_repr_never_shows_the_value() -> None:
+    secret = Secret("literal", "hunter2-hunter2")
+    assert "hunter2" not in repr(secret) and "hunter2" not in f"{secret}"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("250ms", 0.25), ("2s", 2), ("5m", 300), ("1h", 3600), ("30d", 2_592_000), ("1.5s", 1.5)],
+)
+def test_durations_take_units(text: str, seconds: float) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+    assert parse_duration(format_duration(parse_duration(text))) == parse_duration(text)
+
+
+@pytest.mark.parametrize("text", ["5", "5 min", "", "-1s", "1y"])
+def test_durations_without_a_known_unit_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+def test_check_config_command(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text("[server]\nrole = \"worker\"\n")
+    assert main(["check-config", "--config", str(good)]) == 0
+    assert "configuration OK" in capsys.readouterr().out
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[server]\nrole = \"boss\"\n")
+    assert main(["check-config", "--config", str(bad)]) == 2
+    assert "server.role" in capsys.readouterr().err
