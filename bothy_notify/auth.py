@@ -23,12 +23,14 @@ from typing import Any
 
 import jwt
 
-from bothy_notify.config import AuthConfig, JwtAlgorithm
+from bothy_notify.config import AuthConfig, ConfigError, JwtAlgorithm
 from bothy_notify.kernel.ids import is_valid_id
 
 PLATFORMS = ("ios", "android", "macos", "windows", "linux", "web")
 PRINCIPAL_KINDS = ("user", "agent", "app")
 EVENTS_WRITE = "events:write"
+HS256_MIN_BYTES = 32
+"""RFC 7518 section 3.2: an HMAC key at least as long as the hash output."""
 
 
 class AuthError(Exception):
@@ -76,12 +78,20 @@ class TokenVerifier:
         self._config = config
         self._algorithms = [a.value for a in config.algorithms]
         self._keys: list[tuple[str, str, Any]] = []
-        for key in config.keys:
+        for index, key in enumerate(config.keys):
             material: Any = key.key.reveal()
-            if key.algorithm is not JwtAlgorithm.HS256:
-                material = jwt.algorithms.get_default_algorithms()[key.algorithm.value].prepare_key(
-                    material
+            if key.algorithm is JwtAlgorithm.HS256 and len(material.encode()) < HS256_MIN_BYTES:
+                raise ConfigError(
+                    f"auth.keys[{index}].key: an HS256 secret needs at least 32 bytes"
                 )
+            if key.algorithm is not JwtAlgorithm.HS256:
+                algorithm = jwt.algorithms.get_default_algorithms()[key.algorithm.value]
+                try:
+                    material = algorithm.prepare_key(material)
+                except (ValueError, TypeError, jwt.PyJWTError):
+                    raise ConfigError(
+                        f"auth.keys[{index}].key: not a PEM public key for {key.algorithm.value}"
+                    ) from None
             self._keys.append((key.algorithm.value, key.kid, material))
         self._leeway = config.leeway
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import inspect
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -42,9 +45,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The session's embedded server, with a migrated template database."""
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data")
+def pg_url() -> Iterator[str]:
+    """The session's embedded server, with a migrated template database.
+
+    Its data directory is a private temporary directory (not pytest's rotating
+    basetemp, which a concurrent pytest run may prune), removed at the end.
+    """
+    home = Path(tempfile.mkdtemp(prefix="bothy-test-pg-"))
+    server = EmbeddedPostgres(home / "data")
     url = server.start()
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")
@@ -55,6 +63,7 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
     finally:
         server.stop()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture

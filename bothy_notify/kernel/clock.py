@@ -8,6 +8,7 @@ sleeps for a delay.
 
 from __future__ import annotations
 
+import functools
 import math
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -88,6 +89,7 @@ class FakeClock:
         return f"FakeClock({self._now.isoformat()})"
 
 
+@functools.lru_cache(maxsize=1024)
 def to_unix_micros(when: datetime) -> int:
     """Microseconds since the Unix epoch, the integer form that job args carry."""
     delta = when - _EPOCH

@@ -31,7 +31,6 @@ from bothy_notify.kernel.presence import PresenceView
 from bothy_notify.notify.planner import RoundOutcome, RoundPlanner
 from bothy_notify.notify.routes import LiveRoutes
 from bothy_notify.store import events as eventlog
-from bothy_notify.store import jobs as jobqueue
 from bothy_notify.store.db import Conn, StoreError, connect_dedicated
 
 log = logging.getLogger("bothy.notify.round")
@@ -167,8 +166,8 @@ class ConsumerRound:
                 conn, now=now, config=self._config, presence=self._presence, live=self._live
             )
             planner.feed(batch)
+            planner.finish()
             outcome = planner.outcome
-            jobqueue.insert(conn, outcome.jobs, now)
             last = batch[-1]
             eventlog.save_cursor(conn, eventlog.Cursor(last.xid, last.seq), now)
             if self._before_commit is not None:

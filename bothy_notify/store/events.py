@@ -144,6 +144,9 @@ def append(conn: Conn, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[
         message = (exc.diag.message_primary or "").removeprefix("bothy: ")
         field, _, problem = message.partition(": ")
         raise EventRejected(field, problem or "invalid") from None
+    except psycopg.errors.DataError:
+        # e.g. a \u0000 escape, which jsonb cannot hold
+        raise EventRejected("payload", "contains a value PostgreSQL cannot store") from None
     return [int(r[0]) for r in rows]
 
 

@@ -18,16 +18,22 @@ from bothy_notify.store.db import Conn
 
 @dataclass(frozen=True, slots=True)
 class ThreadInfo:
+    """A thread's place and sequences; ``scopes`` are the IDs a membership may name
+    to give read access to it (the thread, its channel, its space)."""
+
     thread_id: str
     space_id: str | None
     channel_id: str | None
     last_message_seq: int
     unread_floor_seq: int
+    scopes: tuple[str, ...] = ()
 
-    @property
-    def scopes(self) -> tuple[str, ...]:
-        """The IDs a membership may name to give read access to this thread."""
-        return tuple(s for s in (self.thread_id, self.channel_id, self.space_id) if s)
+    @classmethod
+    def of(
+        cls, thread_id: str, space_id: str | None, channel_id: str | None, last: int, floor: int
+    ) -> ThreadInfo:
+        scopes = tuple(s for s in (thread_id, channel_id, space_id) if s)
+        return cls(thread_id, space_id, channel_id, last, floor, scopes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,19 +55,24 @@ def threads(conn: Conn, thread_ids: Collection[str]) -> dict[str, ThreadInfo]:
         " FROM bothy.threads WHERE thread_id = ANY(%s)",
         (list(thread_ids),),
     ).fetchall()
-    return {r[0]: ThreadInfo(*r) for r in rows}
+    return {r[0]: ThreadInfo.of(*r) for r in rows}
 
 
 def follow_rows(conn: Conn, thread_ids: Collection[str]) -> dict[str, dict[str, Level]]:
     """Every stored follow level of these threads: thread -> user -> level."""
     out: dict[str, dict[str, Level]] = defaultdict(dict)
     if thread_ids:
-        for thread_id, user_id, level in conn.execute(
+        rows = conn.execute(
             "SELECT thread_id, user_id, level FROM bothy.follows WHERE thread_id = ANY(%s)",
             (list(thread_ids),),
-        ):
-            out[thread_id][user_id] = Level(level)
+        ).fetchall()
+        levels = _LEVELS
+        for thread_id, user_id, level in rows:
+            out[thread_id][user_id] = levels[level]
     return out
+
+
+_LEVELS = {level.value: level for level in Level}
 
 
 def members_of_scopes(conn: Conn, scope_ids: Collection[str]) -> dict[str, set[str]]:

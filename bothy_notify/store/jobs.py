@@ -12,10 +12,13 @@ States: ``available`` -> ``running`` -> ``completed`` | ``failed``, or back to
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+import orjson
+from psycopg import Copy
 
 from bothy_notify.store.db import Conn
 
@@ -60,56 +63,118 @@ class Job:
         return f"Job(id={self.id}, kind={self.kind!r}, attempt={self.attempt})"
 
 
-def insert(conn: Conn, specs: Sequence[JobSpec], now: datetime) -> int:
-    """Insert ``specs`` in the caller's transaction; return how many rows were new.
+_COPY_CHUNK_ROWS = 256
+"""Rows sent to COPY at once: large enough to amortise a round trip, small enough to
+keep the database busy while the caller decides."""
 
-    Jobs without a unique key go in with ``COPY``; keyed ones with
-    ``ON CONFLICT DO NOTHING``. Runners are woken at commit.
+
+class JobWriter:
+    """Inserts jobs in the caller's transaction, as fast as the database takes them.
+
+    Jobs without a unique key go in with ``COPY``. Inside :meth:`stream` the
+    ``COPY`` is open and each job is sent as it is added, so the database
+    ingests on its own core while the caller is still deciding; outside it,
+    jobs are buffered until :meth:`finish`. Jobs with a unique key are inserted
+    at :meth:`finish` with ``ON CONFLICT DO NOTHING``. No other statement may
+    run on the connection while a stream is open.
+
+    Args are JSON objects of IDs and integers; they are encoded with orjson and
+    escaped for the ``COPY`` text format.
     """
-    if not specs:
-        return 0
-    plain = [s for s in specs if s.unique_key is None]
-    keyed = [s for s in specs if s.unique_key is not None]
-    inserted = 0
-    if plain:
-        with (
-            conn.cursor() as cur,
-            cur.copy(
-                "COPY bothy.jobs (kind, args, scheduled_at, max_attempts, created_at) FROM STDIN"
-            ) as copy,
-        ):
-            for s in plain:
-                copy.write_row(
-                    (
-                        s.kind,
-                        json.dumps(s.args, separators=(",", ":")),
-                        s.scheduled_at,
-                        s.max_attempts,
-                        now,
-                    )
-                )
-        inserted += len(plain)
-    if keyed:
-        row = conn.execute(
-            "WITH ins AS (INSERT INTO bothy.jobs"
-            " (kind, args, scheduled_at, max_attempts, created_at, unique_key)"
-            " SELECT k, a::jsonb, s, m, %s, u"
-            " FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::int[], %s::text[])"
-            " AS t(k, a, s, m, u)"
-            " ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING RETURNING 1)"
-            " SELECT count(*) FROM ins",
-            (
-                now,
-                [s.kind for s in keyed],
-                [json.dumps(s.args, separators=(",", ":")) for s in keyed],
-                [s.scheduled_at for s in keyed],
-                [s.max_attempts for s in keyed],
-                [s.unique_key for s in keyed],
-            ),
-        ).fetchone()
-        inserted += int(row[0]) if row else 0
-    conn.execute(f"NOTIFY {JOBS_CHANNEL}")
-    return inserted
+
+    _COPY = "COPY bothy.jobs (kind, args, scheduled_at, max_attempts, created_at) FROM STDIN"
+
+    def __init__(self, conn: Conn, now: datetime) -> None:
+        self._conn = conn
+        self._now_text = now.isoformat()
+        self._now = now
+        self._times: dict[datetime, str] = {now: self._now_text}
+        self._pending: list[str] = []
+        self._keyed: list[JobSpec] = []
+        self._copy: Copy | None = None
+        self._chunk: list[str] = []
+        self.added = 0
+
+    def __repr__(self) -> str:
+        return f"JobWriter(added={self.added})"
+
+    @contextmanager
+    def stream(self) -> Iterator[None]:
+        """Keep a ``COPY`` open for the duration: added jobs are sent at once."""
+        with self._conn.cursor() as cur, cur.copy(self._COPY) as copy:
+            self._copy = copy
+            try:
+                if self._pending:
+                    copy.write("".join(self._pending))
+                    self._pending.clear()
+                yield
+                if self._chunk:
+                    copy.write("".join(self._chunk))
+                    self._chunk.clear()
+            finally:
+                self._copy = None
+
+    def add(self, spec: JobSpec) -> None:
+        self.added += 1
+        if spec.unique_key is not None:
+            self._keyed.append(spec)
+            return
+        when = self._times.get(spec.scheduled_at)
+        if when is None:
+            when = self._times[spec.scheduled_at] = spec.scheduled_at.isoformat()
+        args = orjson.dumps(spec.args).decode().replace("\\", "\\\\")
+        line = f"{spec.kind}\t{args}\t{when}\t{spec.max_attempts}\t{self._now_text}\n"
+        if self._copy is None:
+            self._pending.append(line)
+            return
+        self._chunk.append(line)
+        if len(self._chunk) >= _COPY_CHUNK_ROWS:
+            self._copy.write("".join(self._chunk))
+            self._chunk.clear()
+
+    def extend(self, specs: Iterable[JobSpec]) -> None:
+        for spec in specs:
+            self.add(spec)
+
+    def finish(self) -> int:
+        """Insert what is buffered and the keyed jobs; wake runners at commit.
+
+        Returns how many jobs are new (keyed duplicates are not).
+        """
+        if self._pending:
+            with self.stream():
+                pass
+        inserted = self.added - len(self._keyed)
+        if self._keyed:
+            keyed, self._keyed = self._keyed, []
+            row = self._conn.execute(
+                "WITH ins AS (INSERT INTO bothy.jobs"
+                " (kind, args, scheduled_at, max_attempts, created_at, unique_key)"
+                " SELECT k, a::jsonb, s, m, %s, u"
+                " FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::int[], %s::text[])"
+                " AS t(k, a, s, m, u)"
+                " ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING RETURNING 1)"
+                " SELECT count(*) FROM ins",
+                (
+                    self._now,
+                    [s.kind for s in keyed],
+                    [orjson.dumps(s.args).decode() for s in keyed],
+                    [s.scheduled_at for s in keyed],
+                    [s.max_attempts for s in keyed],
+                    [s.unique_key for s in keyed],
+                ),
+            ).fetchone()
+            inserted += int(row[0]) if row else 0
+        if self.added:
+            self._conn.execute(f"NOTIFY {JOBS_CHANNEL}")
+        return inserted
+
+
+def insert(conn: Conn, specs: Sequence[JobSpec], now: datetime) -> int:
+    """Insert ``specs`` in the caller's transaction; return how many rows were new."""
+    writer = JobWriter(conn, now)
+    writer.extend(specs)
+    return writer.finish()
 
 
 def claim(

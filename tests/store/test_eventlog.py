@@ -40,6 +40,8 @@ def sql_check(conn: psycopg.Connection[Any], type_: str, payload: Any) -> str | 
             conn.execute("SELECT bothy.append_event(%s, %s::jsonb)", (type_, json.dumps(payload)))
     except psycopg.errors.InvalidParameterValue as exc:
         return exc.diag.message_primary
+    except psycopg.errors.DataError:
+        return "refused by PostgreSQL itself (a value jsonb cannot hold)"
     return None
 
 
@@ -158,3 +160,10 @@ def test_an_event_that_commits_late_is_not_skipped(database_url: str) -> None:
         with reader.transaction():
             rest = eventlog.read_batch(reader, Cursor(batch[-1].xid, batch[-1].seq), 10)
         assert rest == []
+
+
+def test_a_value_jsonb_cannot_hold_is_refused_not_crashed(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        with pytest.raises(EventRejected) as error, conn.transaction():
+            eventlog.append(conn, [("access.expiring", {"user_id": "a", "target_id": "\x00"})])
+        assert error.value.field == "payload"

@@ -46,6 +46,9 @@ from bothy_notify.notify.domain.model import (
 from bothy_notify.notify.domain.window import fold_into, open_window
 
 _MESSAGE_KINDS = frozenset({Kind.MESSAGE.value, Kind.MENTION.value})
+_ZERO = timedelta(0)
+# Plain strings: the decision runs once per recipient, and enum lookups show in profiles.
+_MESSAGE, _MENTION, _SECURITY = Kind.MESSAGE.value, Kind.MENTION.value, Kind.SECURITY.value
 
 
 def effective_kind(hint: Hint, facts: RecipientFacts) -> tuple[str, str] | None:
@@ -59,13 +62,13 @@ def effective_kind(hint: Hint, facts: RecipientFacts) -> tuple[str, str] | None:
     if hint.kind in _MESSAGE_KINDS:
         if facts.level is Level.NONE:
             return None
-        mentioned = hint.kind == Kind.MENTION or facts.user_id in hint.mentions
+        mentioned = hint.kind == _MENTION or facts.user_id in hint.mentions
         if mentioned and "mentions" not in off:
-            return Kind.MENTION.value, "mentions"
+            return _MENTION, "mentions"
         if facts.level is Level.ALL and "messages" not in off:
-            return Kind.MESSAGE.value, "messages"
+            return _MESSAGE, "messages"
         return None
-    if hint.kind == Kind.SECURITY:
+    if hint.kind == _SECURITY:
         return hint.kind, hint.category
     if hint.category in off:
         return None
@@ -113,37 +116,40 @@ def decide(
         and hint.thread_id is not None
         and hint.message_id is not None
         and hint.message_seq > 0
-        and policy.coalesce_window > timedelta(0)
+        and policy.coalesce_window > _ZERO
     )
     if coalescing and window is not None and window.is_open(now):
         return Fold(
             user,
             fold_into(
-                window, hint.message_seq, hint.message_id or "", mentioned=kind == Kind.MENTION
+                window, hint.message_seq, hint.message_id or "", mentioned=kind == _MENTION
             ),
         )
 
-    if hint.thread_id is not None and any(
-        hint.thread_id in entry.focus and not entry.idle for entry in facts.presence
+    presence = facts.presence
+    if (
+        presence
+        and hint.thread_id is not None
+        and any(hint.thread_id in entry.focus and not entry.idle for entry in presence)
     ):
         return Skip(user, SkipReason.ACTIVE_IN_THREAD)
 
-    excluded = hint.target_id if hint.kind == Kind.SECURITY else None
+    excluded = hint.target_id if hint.kind == _SECURITY else None
     routes: list[Route] = []
     live: set[str] = set()
-    for entry in facts.presence:
+    for entry in presence:
         if entry.device_id in live or entry.device_id == excluded:
             continue
         live.add(entry.device_id)
         routes.append(Route(Via.GATEWAY, entry.device_id))
 
-    desktop_active = any(
-        entry.platform in DESKTOP_PLATFORMS and not entry.idle for entry in facts.presence
+    desktop_active = bool(presence) and any(
+        entry.platform in DESKTOP_PLATFORMS and not entry.idle for entry in presence
     )
     delay = (
         policy.mobile_delay
-        if desktop_active and hint.message_seq > 0 and policy.mobile_delay > timedelta(0)
-        else timedelta(0)
+        if desktop_active and hint.message_seq > 0 and policy.mobile_delay > _ZERO
+        else _ZERO
     )
     for device in facts.devices:
         if device.device_id in live or device.device_id == excluded or not device.registrations:
@@ -167,5 +173,5 @@ def decide(
         if coalescing
         else None
     )
-    quiet = hint.quiet and kind != Kind.MENTION if not hint.is_flush else hint.quiet
+    quiet = hint.quiet and kind != _MENTION if not hint.is_flush else hint.quiet
     return Delivery(user, kind, category, count, quiet, tuple(routes), opens)

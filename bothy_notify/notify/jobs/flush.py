@@ -23,9 +23,8 @@ from bothy_notify.notify.planner import Decider, RoundOutcome
 from bothy_notify.notify.routes import LiveRoutes
 from bothy_notify.runner import Done, Report
 from bothy_notify.store import facts
-from bothy_notify.store import jobs as queue
 from bothy_notify.store.db import Conn, Database
-from bothy_notify.store.jobs import Job
+from bothy_notify.store.jobs import Job, JobWriter
 
 
 class FlushHandler:
@@ -86,6 +85,7 @@ class FlushHandler:
         )
         if hint is None:
             return outcome, "nothing_unread"
+        writer = JobWriter(conn, now)
         decider = Decider(
             conn,
             now=now,
@@ -93,7 +93,8 @@ class FlushHandler:
             presence=self._presence,
             live=self._live,
             outcome=outcome,
+            writer=writer,
         )
         decider.decide_group([(hint, [args.user_id], now)], windows_on=False)
-        queue.insert(conn, outcome.jobs, now)
+        writer.finish()
         return outcome, "flushed" if outcome.jobs else "skipped"

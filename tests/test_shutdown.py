@@ -1,0 +1,114 @@
+"""Graceful shutdown: in-flight sends finish within the drain period; what cannot
+finish is given back, never lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from bothy_notify.push.port import Outcome, PushMessage, Target
+from tests.harness import Node, ev, make_config, start_node
+
+
+class GatedProvider:
+    """Holds every send until ``release`` is set."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.release = trio.Event()
+        self.entered = trio.Event()
+        self.finished = 0
+
+    async def send(self, target: Target, message: PushMessage) -> Outcome:
+        self.entered.set()
+        await self.release.wait()
+        self.finished += 1
+        return Outcome.delivered()
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def one_push(node: Node) -> None:
+    await node.append(
+        ev("user.upserted", user_id="alex", kind="human", active=True),
+        ev("thread.upserted", thread_id="t1", space_id="s1"),
+        ev("member.added", user_id="alex", scope_id="s1"),
+        ev("thread.followed", user_id="alex", thread_id="t1", level="all"),
+    )
+    await node.register("alex", "phone", "tok")
+    await node.append(ev("message.created", thread_id="t1", message_id="m1", thread_seq=1,
+                         author_id="sam"))
+
+
+async def test_an_in_flight_send_finishes_during_the_drain(database_url: str) -> None:
+    provider = GatedProvider()
+    async with trio.open_nursery() as nursery:
+        node = await start_node(nursery, database_url, providers={"fake": provider},
+                                config=make_config(server={"drain_period": "5s"}))
+        await one_push(node)
+        await provider.entered.wait()
+        node.daemon.request_shutdown()
+        await trio.sleep(0.1)
+        provider.release.set()
+    await node.http.aclose()
+    assert provider.finished == 1
+    states = await _states_after(database_url)
+    assert states == [("completed", 1)]
+
+
+async def test_a_send_that_outlives_the_drain_is_given_back(database_url: str) -> None:
+    provider = GatedProvider()
+    async with trio.open_nursery() as nursery:
+        node = await start_node(nursery, database_url, providers={"fake": provider},
+                                config=make_config(server={"drain_period": "200ms"}))
+        await one_push(node)
+        await provider.entered.wait()
+        node.daemon.request_shutdown()
+    await node.http.aclose()
+    assert provider.finished == 0
+    assert await _states_after(database_url) == [("available", 0)]
+
+
+async def _states_after(url: str) -> list[tuple[str, int]]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return [
+            (r[0], r[1])
+            for r in conn.execute("SELECT state, attempt FROM bothy.jobs ORDER BY id")
+        ]
+
+
+def test_sigterm_stops_the_daemon_cleanly(database_url: str, tmp_path: Path) -> None:
+    config_file = tmp_path / "node.toml"
+    config_file.write_text(
+        "[server]\napi_listen = \"127.0.0.1:0\"\ngateway_listen = \"127.0.0.1:0\"\n"
+        "drain_period = \"2s\"\n[database]\nurl = \"env:BOTHY_TEST_DATABASE_URL\"\n"
+        "[push.fake]\n[log]\nformat = \"json\"\n"
+    )
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "bothy_notify.cli", "run", "--config", str(config_file)],
+        env={**os.environ, "BOTHY_TEST_DATABASE_URL": database_url},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert daemon.stderr is not None
+    for line in daemon.stderr:
+        if "bothy-notify running" in line:
+            break
+    daemon.send_signal(signal.SIGTERM)
+    rest = daemon.stderr.read()
+    assert daemon.wait(timeout=20) == 0
+    daemon.stderr.close()
+    assert "node stopped" in rest
+    assert "Traceback" not in rest
+
+
