@@ -48,8 +48,11 @@ def bench_database() -> Iterator[str]:
 
 
 def machine() -> dict[str, Any]:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(),
-            "machine": platform.machine()}
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
 
 
 def report(name: str, **figures: Any) -> None:

@@ -43,12 +43,20 @@ def seed(url: str, events: int, followers: int, threads: int, batch: int) -> Non
     for t in range(threads):
         setup.append(("thread.upserted", {"thread_id": f"t{t}", "space_id": "space"}))
         for user in people:
-            setup.append(("thread.followed", {"user_id": user, "thread_id": f"t{t}",
-                                              "level": "all"}))
+            setup.append(
+                ("thread.followed", {"user_id": user, "thread_id": f"t{t}", "level": "all"})
+            )
     messages = [
-        ("message.created", {"thread_id": f"t{m % threads}", "message_id": f"m{m}",
-                             "thread_seq": m // threads + 1, "author_id": "author",
-                             "mentions": []})
+        (
+            "message.created",
+            {
+                "thread_id": f"t{m % threads}",
+                "message_id": f"m{m}",
+                "thread_seq": m // threads + 1,
+                "author_id": "author",
+                "mentions": [],
+            },
+        )
         for m in range(events)
     ]
     now = datetime.now(UTC)
@@ -67,8 +75,10 @@ def seed(url: str, events: int, followers: int, threads: int, batch: int) -> Non
             append(conn, messages[i : i + 1000])
             conn.commit()
         elapsed = time.perf_counter() - started
-    print(f"appended {events} message events in {elapsed:.2f}s "
-          f"({events / elapsed:,.0f}/s through bothy.append_event)")
+    print(
+        f"appended {events} message events in {elapsed:.2f}s "
+        f"({events / elapsed:,.0f}/s through bothy.append_event)"
+    )
 
 
 def append(conn: psycopg.Connection, events: list[tuple[str, dict[str, object]]]) -> None:
@@ -81,13 +91,16 @@ def append(conn: psycopg.Connection, events: list[tuple[str, dict[str, object]]]
 
 def run_round(url: str, batch: int) -> tuple[float, int, int]:
     config = structure_config(
-        {"server": {"role": "worker"},
-         "notify": {"coalesce_window": "0s", "batch_size": batch}},
+        {"server": {"role": "worker"}, "notify": {"coalesce_window": "0s", "batch_size": batch}},
         env={},
     )
     consumer = ConsumerRound(
-        database_url=url, config=config, clock=SystemClock(), presence=NoPresence(),
-        live=FailClosedRoutes(), metrics=Metrics(),
+        database_url=url,
+        config=config,
+        clock=SystemClock(),
+        presence=NoPresence(),
+        live=FailClosedRoutes(),
+        metrics=Metrics(),
     )
     conn = connect_dedicated(url)
     consumed = 0
@@ -115,17 +128,32 @@ def bare_copy(url: str, rows: int) -> float:
     ratio compares the round with ingest alone and flatters nothing.
     """
     now = datetime.now(UTC).isoformat()
-    args = json.dumps({"nid": "018f0000-0000-7000-8000-000000000000", "user_id": "user1",
-                       "registration_id": "reg-user1", "kind": "message", "count": 1,
-                       "quiet": 0, "due_at": 0, "appended_at": 0, "release_seq": 0,
-                       "thread_id": "t1", "message_id": "m1"}, separators=(",", ":"))
+    args = json.dumps(
+        {
+            "nid": "018f0000-0000-7000-8000-000000000000",
+            "user_id": "user1",
+            "registration_id": "reg-user1",
+            "kind": "message",
+            "count": 1,
+            "quiet": 0,
+            "due_at": 0,
+            "appended_at": 0,
+            "release_seq": 0,
+            "thread_id": "t1",
+            "message_id": "m1",
+        },
+        separators=(",", ":"),
+    )
     line = f"notify.push_send\t{args}\t{now}\t5\t{now}\n"
     chunk = line * 1000
     with psycopg.connect(url) as conn:
         started = time.perf_counter()
-        with conn.cursor() as cur, cur.copy(
-            "COPY bothy.jobs (kind, args, scheduled_at, max_attempts, created_at) FROM STDIN"
-        ) as copy:
+        with (
+            conn.cursor() as cur,
+            cur.copy(
+                "COPY bothy.jobs (kind, args, scheduled_at, max_attempts, created_at) FROM STDIN"
+            ) as copy,
+        ):
             for _ in range(rows // 1000):
                 copy.write(chunk)
             copy.write(line * (rows % 1000))
@@ -153,9 +181,15 @@ def main() -> None:
     print(f"  {events_per_s:,.0f} message events/s, {jobs_per_s:,.0f} jobs/s")
     print(f"bare COPY of {jobs} job rows: {copy_elapsed:.2f}s, {copy_per_s:,.0f} rows/s")
     print(f"ratio of the round's jobs/s to the bare COPY: {ratio:.2f}")
-    report("decide", events_per_s=round(events_per_s), jobs_per_s=round(jobs_per_s),
-           copy_rows_per_s=round(copy_per_s), ratio_to_copy=round(ratio, 3),
-           events=args.events, followers=args.followers)
+    report(
+        "decide",
+        events_per_s=round(events_per_s),
+        jobs_per_s=round(jobs_per_s),
+        copy_rows_per_s=round(copy_per_s),
+        ratio_to_copy=round(ratio, 3),
+        events=args.events,
+        followers=args.followers,
+    )
 
 
 if __name__ == "__main__":

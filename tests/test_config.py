@@ -106,23 +106,27 @@ def test_the_dev_configuration_loads() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[server]\nrole = \"boss\"", "server.role: expected one of: all, worker, api"),
+        ('[server]\nrole = "boss"', "server.role: expected one of: all, worker, api"),
         ("[server]\nbogus = 1", "server.bogus: unknown key"),
         ("[bogus]\nx = 1", "bogus: unknown key"),
         ("[sync]\noutbound_queue_max = 0", "sync.outbound_queue_max: must be at least 1"),
-        ("[sync]\noutbound_queue_max = \"5\"", "sync.outbound_queue_max: expected an integer"),
-        ("[push]\nmax_age = \"5 minutes\"", "push.max_age: expected a duration"),
+        ('[sync]\noutbound_queue_max = "5"', "sync.outbound_queue_max: expected an integer"),
+        ('[push]\nmax_age = "5 minutes"', "push.max_age: expected a duration"),
         ("[push]\nmax_age = 300", "push.max_age: expected a duration string"),
-        ("[notify]\ncoalesce_window = \"2d\"", "notify.coalesce_window: must be at most 1d"),
-        ("[server]\ndev = \"yes\"", "server.dev: expected true or false"),
-        ("[server]\napi_listen = \"nowhere\"", "server.api_listen: expected host:port"),
-        ("[notify]\ncategories = [\"messages\"]", "notify.categories: 'messages' is built in"),
-        ("[[auth.keys]]\nalgorithm = \"HS256\"\nkey = \"inline\"",
-         "auth.keys[0].key: an HS256 secret must be env:NAME or secret:NAME"),
-        ("[[auth.keys]]\nalgorithm = \"RS512\"\nkey = \"x\"", "auth.keys[0].algorithm"),
-        ("[push.apns]\nkey = \"env:APNS\"\nkey_id = \"K\"\nteam_id = \"T\"",
-         "push.apns.bundle_id: required key is missing"),
-        ("[database]\nurl = \"secret:db\"", "database.url: secret: cannot be used here"),
+        ('[notify]\ncoalesce_window = "2d"', "notify.coalesce_window: must be at most 1d"),
+        ('[server]\ndev = "yes"', "server.dev: expected true or false"),
+        ('[server]\napi_listen = "nowhere"', "server.api_listen: expected host:port"),
+        ('[notify]\ncategories = ["messages"]', "notify.categories: 'messages' is built in"),
+        (
+            '[[auth.keys]]\nalgorithm = "HS256"\nkey = "inline"',
+            "auth.keys[0].key: an HS256 secret must be env:NAME or secret:NAME",
+        ),
+        ('[[auth.keys]]\nalgorithm = "RS512"\nkey = "x"', "auth.keys[0].algorithm"),
+        (
+            '[push.apns]\nkey = "env:APNS"\nkey_id = "K"\nteam_id = "T"',
+            "push.apns.bundle_id: required key is missing",
+        ),
+        ('[database]\nurl = "secret:db"', "database.url: secret: cannot be used here"),
         ("server = 3", "server: "),
         ("not toml at all [", "not valid TOML"),
     ],
@@ -135,19 +139,19 @@ def test_bad_configuration_names_the_key(text: str, message: str) -> None:
 
 def test_env_secrets_resolve_at_load_and_never_show_in_reprs_or_errors() -> None:
     config = load_config_text(
-        "[[auth.keys]]\nalgorithm = \"HS256\"\nkey = \"env:JWT_KEY\"",
+        '[[auth.keys]]\nalgorithm = "HS256"\nkey = "env:JWT_KEY"',
         env={"JWT_KEY": "super-secret-value-123"},
     )
     key = config.auth.keys[0].key
     assert key.reveal() == "super-secret-value-123"
     assert "super-secret" not in repr(config) and "super-secret" not in str(key)
     with pytest.raises(ConfigError) as error:
-        load_config_text("[[auth.keys]]\nalgorithm = \"HS256\"\nkey = \"env:MISSING\"", env={})
+        load_config_text('[[auth.keys]]\nalgorithm = "HS256"\nkey = "env:MISSING"', env={})
     assert "environment variable MISSING is not set" in str(error.value)
 
 
 def test_store_secrets_resolve_at_start_and_a_missing_one_names_the_key() -> None:
-    text = "[push.fcm]\nservice_account = \"secret:fcm-sa\""
+    text = '[push.fcm]\nservice_account = "secret:fcm-sa"'
     config = load_config_text(text, env={})
     resolved = resolve_store_secrets(config, {"fcm-sa": "{json}"}.get)
     assert resolved.push.fcm is not None
@@ -181,10 +185,10 @@ def test_durations_without_a_known_unit_are_refused(text: str) -> None:
 
 def test_check_config_command(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     good = tmp_path / "good.toml"
-    good.write_text("[server]\nrole = \"worker\"\n")
+    good.write_text('[server]\nrole = "worker"\n')
     assert main(["check-config", "--config", str(good)]) == 0
     assert "configuration OK" in capsys.readouterr().out
     bad = tmp_path / "bad.toml"
-    bad.write_text("[server]\nrole = \"boss\"\n")
+    bad.write_text('[server]\nrole = "boss"\n')
     assert main(["check-config", "--config", str(bad)]) == 2
     assert "server.role" in capsys.readouterr().err

@@ -14,8 +14,9 @@ PHONE = device_token("alex", "phone")
 
 
 def message(seq: int = 1) -> dict:
-    return ev("message.created", thread_id="t1", message_id=f"m{seq}", thread_seq=seq,
-              author_id="sam")
+    return ev(
+        "message.created", thread_id="t1", message_id=f"m{seq}", thread_seq=seq, author_id="sam"
+    )
 
 
 async def test_events_append_in_order_and_answer_their_seqs(launch: Launch) -> None:
@@ -29,19 +30,34 @@ async def test_events_append_in_order_and_answer_their_seqs(launch: Launch) -> N
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({"events": [message(), ev("thread.read", user_id="a", thread_id="t")]},
-         "events[1].payload.seq: required"),
-        ({"events": [ev("message.created", thread_id="t", message_id="m", thread_seq=0,
-                        author_id="a")]},
-         "events[0].payload.thread_seq: too small"),
+        (
+            {"events": [message(), ev("thread.read", user_id="a", thread_id="t")]},
+            "events[1].payload.seq: required",
+        ),
+        (
+            {
+                "events": [
+                    ev(
+                        "message.created",
+                        thread_id="t",
+                        message_id="m",
+                        thread_seq=0,
+                        author_id="a",
+                    )
+                ]
+            },
+            "events[0].payload.thread_seq: too small",
+        ),
         ({"events": [{"type": "nope", "payload": {}}]}, "events[0].type: unknown event type"),
         ({"events": [{"type": "member.added"}]}, "events[0].payload: required"),
         ({"events": []}, "events: too few items"),
         ({"events": {}}, "events: expected an array"),
         ({"rows": []}, "(body): unknown field"),
         ([1, 2], "(body): expected an object"),
-        ({"events": [ev("user.upserted", user_id="a" * 129, kind="human", active=True)]},
-         "events[0].payload.user_id: does not have the required form"),
+        (
+            {"events": [ev("user.upserted", user_id="a" * 129, kind="human", active=True)]},
+            "events[0].payload.user_id: does not have the required form",
+        ),
     ],
 )
 async def test_invalid_events_get_422_naming_the_field_and_nothing_is_kept(
@@ -55,15 +71,19 @@ async def test_invalid_events_get_422_naming_the_field_and_nothing_is_kept(
 
 
 async def test_events_refuse_malformed_json_oversized_batches_and_bodies(launch: Launch) -> None:
-    node = await launch(config=make_config(server={"max_batch_events": 2,
-                                                   "max_body_bytes": 2048}))
+    node = await launch(config=make_config(server={"max_batch_events": 2, "max_body_bytes": 2048}))
     bad = await node.request("POST", "/v1/events", content=b"{nope", token=producer_token())
     assert (bad.status_code, bad.json()["error"]["code"]) == (400, "bad_json")
-    many = await node.request("POST", "/v1/events", json={"events": [message(i) for i in (1, 2, 3)]},
-                              token=producer_token())
+    many = await node.request(
+        "POST",
+        "/v1/events",
+        json={"events": [message(i) for i in (1, 2, 3)]},
+        token=producer_token(),
+    )
     assert (many.status_code, many.json()["error"]["code"]) == (413, "too_large")
-    big = await node.request("POST", "/v1/events", content=b"{" + b" " * 4000 + b"}",
-                             token=producer_token())
+    big = await node.request(
+        "POST", "/v1/events", content=b"{" + b" " * 4000 + b"}", token=producer_token()
+    )
     assert big.status_code == 413
 
 
@@ -72,26 +92,29 @@ async def test_events_need_a_producer_token_with_scope_events_write(launch: Laun
     body = {"events": [message()]}
     missing = await node.request("POST", "/v1/events", json=body)
     assert missing.status_code == 401 and missing.json()["error"]["code"] == "unauthorized"
-    forged = mint_token("another-key-entirely-0123456789-abcdef", {"sub": "x", "scope": "events:write"})
+    forged = mint_token(
+        "another-key-entirely-0123456789-abcdef", {"sub": "x", "scope": "events:write"}
+    )
     assert (await node.request("POST", "/v1/events", json=body, token=forged)).status_code == 401
     expired = mint_token(TEST_KEY, {"sub": "x", "scope": "events:write", "exp": 1000})
     assert (await node.request("POST", "/v1/events", json=body, token=expired)).status_code == 401
-    wrong = await node.request("POST", "/v1/events", json=body,
-                               token=producer_token("events:read"))
+    wrong = await node.request("POST", "/v1/events", json=body, token=producer_token("events:read"))
     assert wrong.status_code == 403 and wrong.json()["error"]["code"] == "forbidden"
     assert await node.sql("SELECT count(*) FROM bothy.events") == [(0,)]
 
 
 async def test_registration_upsert_is_idempotent(launch: Launch) -> None:
     node = await launch()
-    first = await node.request("POST", "/v1/registrations", token=PHONE,
-                               json={"provider": "fake", "token": "tok-1"})
+    first = await node.request(
+        "POST", "/v1/registrations", token=PHONE, json={"provider": "fake", "token": "tok-1"}
+    )
     assert first.status_code == 201
     body = first.json()
     assert set(body) == {"id", "provider", "state", "created_at"}
     assert body["state"] == "active"
-    again = await node.request("POST", "/v1/registrations", token=PHONE,
-                               json={"provider": "fake", "token": "tok-1"})
+    again = await node.request(
+        "POST", "/v1/registrations", token=PHONE, json={"provider": "fake", "token": "tok-1"}
+    )
     assert again.status_code == 200 and again.json()["id"] == body["id"]
     listed = await node.request("GET", "/v1/registrations", token=PHONE)
     assert [r["id"] for r in listed.json()["registrations"]] == [body["id"]]
@@ -102,14 +125,19 @@ async def test_registrations_are_listed_and_deleted_only_for_their_owner(launch:
     mine = await node.register("alex", "phone", "tok-a")
     await node.register("sam", "sams-phone", "tok-s")
     sams = device_token("sam", "sams-phone")
-    assert (await node.request("DELETE", f"/v1/registrations/{mine['id']}",
-                               token=sams)).status_code == 204
-    assert len((await node.request("GET", "/v1/registrations", token=PHONE)).json()
-               ["registrations"]) == 1
-    assert (await node.request("DELETE", f"/v1/registrations/{mine['id']}",
-                               token=PHONE)).status_code == 204
-    assert (await node.request("DELETE", f"/v1/registrations/{mine['id']}",
-                               token=PHONE)).status_code == 204
+    assert (
+        await node.request("DELETE", f"/v1/registrations/{mine['id']}", token=sams)
+    ).status_code == 204
+    assert (
+        len((await node.request("GET", "/v1/registrations", token=PHONE)).json()["registrations"])
+        == 1
+    )
+    assert (
+        await node.request("DELETE", f"/v1/registrations/{mine['id']}", token=PHONE)
+    ).status_code == 204
+    assert (
+        await node.request("DELETE", f"/v1/registrations/{mine['id']}", token=PHONE)
+    ).status_code == 204
     assert (await node.request("GET", "/v1/registrations", token=PHONE)).json() == {
         "registrations": []
     }
@@ -123,11 +151,13 @@ async def test_registration_creates_the_device_and_a_revoked_device_is_refused(
     assert await node.sql("SELECT user_id, platform, state FROM bothy.devices") == [
         ("alex", "ios", "active")
     ]
-    await node.append(ev("device.upserted", device_id="phone", user_id="alex", platform="ios",
-                         state="revoked"))
+    await node.append(
+        ev("device.upserted", device_id="phone", user_id="alex", platform="ios", state="revoked")
+    )
     await node.settle()
-    refused = await node.request("POST", "/v1/registrations", token=PHONE,
-                                 json={"provider": "fake", "token": "tok-b"})
+    refused = await node.request(
+        "POST", "/v1/registrations", token=PHONE, json={"provider": "fake", "token": "tok-b"}
+    )
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "device_revoked"
     listed = await node.sql("SELECT invalidated_at IS NOT NULL FROM bothy.push_registrations")
     assert listed == [(True,)]
@@ -140,12 +170,15 @@ async def test_registration_creates_the_device_and_a_revoked_device_is_refused(
         ({"provider": "apns", "token": "x"}, "provider: not a configured provider"),
         ({"provider": "fake"}, "token: required"),
         ({"provider": "fake", "token": ""}, "token: expected a non-empty string"),
-        ({"provider": "fake", "token": "x", "environment": "staging"},
-         "environment: expected sandbox or production"),
+        (
+            {"provider": "fake", "token": "x", "environment": "staging"},
+            "environment: expected sandbox or production",
+        ),
         ({"provider": "fake", "token": "x", "colour": "red"}, "colour: unknown field"),
-        ({"provider": "fake", "token": "x",
-          "signing_key": base64.b64encode(b"k" * 32).decode()},
-         "signing_key: only webhooks take a signing key"),
+        (
+            {"provider": "fake", "token": "x", "signing_key": base64.b64encode(b"k" * 32).decode()},
+            "signing_key: only webhooks take a signing key",
+        ),
     ],
 )
 async def test_bad_registrations_get_422_naming_the_field(
@@ -175,8 +208,9 @@ async def test_read_position_only_moves_forward(launch: Launch) -> None:
     assert back.json() == {"thread_id": "t1", "last_read_seq": 7}
     bad = await node.request("PUT", "/v1/threads/t1/read", json={"seq": -1}, token=PHONE)
     assert bad.status_code == 422 and bad.json()["error"]["message"].startswith("seq:")
-    bad_id = await node.request("PUT", "/v1/threads/not%20an%20id/read", json={"seq": 1},
-                                token=PHONE)
+    bad_id = await node.request(
+        "PUT", "/v1/threads/not%20an%20id/read", json={"seq": 1}, token=PHONE
+    )
     assert bad_id.status_code == 422
 
 
@@ -189,9 +223,13 @@ async def test_operator_endpoints(launch: Launch) -> None:
     await node.append(message())
     await node.settle()
     metrics = (await node.request("GET", "/metrics")).text
-    for name in ("bothy_push_skipped_total", "bothy_consumer_holder 1.0",
-                 "bothy_consumer_lag_events", "bothy_jobs_lag_seconds",
-                 "bothy_push_skipped_total{reason=\"no_access\"}"):
+    for name in (
+        "bothy_push_skipped_total",
+        "bothy_consumer_holder 1.0",
+        "bothy_consumer_lag_events",
+        "bothy_jobs_lag_seconds",
+        'bothy_push_skipped_total{reason="no_access"}',
+    ):
         assert name in metrics
     unknown = await node.request("GET", "/v1/nothing-here")
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"

@@ -45,8 +45,9 @@ async def setup(node: Node, token: str = "tok") -> str:
 
 
 def message(seq: int) -> dict:
-    return ev("message.created", thread_id="t1", message_id=f"m{seq}", thread_seq=seq,
-              author_id="sam")
+    return ev(
+        "message.created", thread_id="t1", message_id=f"m{seq}", thread_seq=seq, author_id="sam"
+    )
 
 
 async def registration_row(node: Node, reg_id: str) -> tuple:
@@ -101,8 +102,11 @@ async def test_a_delivery_in_between_resets_the_strike_count(launch: Launch) -> 
     reg = await setup(node)
     provider.script(
         "tok",
-        Outcome.transient("x"), Outcome.transient("x"), Outcome.delivered(),
-        Outcome.transient("x"), Outcome.transient("x"),
+        Outcome.transient("x"),
+        Outcome.transient("x"),
+        Outcome.delivered(),
+        Outcome.transient("x"),
+        Outcome.transient("x"),
     )
     await node.append(message(1))
     await node.settle()

@@ -47,11 +47,21 @@ def seed(url: str, messages: int, *, per_thread: int = 1) -> None:
     threads = max(1, messages // per_thread)
     for t in range(threads):
         events.append(("thread.upserted", {"thread_id": f"t{t}", "space_id": "space"}))
-        events.append(("thread.followed", {"user_id": "alex", "thread_id": f"t{t}",
-                                           "level": "all"}))
+        events.append(
+            ("thread.followed", {"user_id": "alex", "thread_id": f"t{t}", "level": "all"})
+        )
     for m in range(messages):
-        events.append(("message.created", {"thread_id": f"t{m % threads}", "message_id": f"m{m}",
-                                           "thread_seq": m // threads + 1, "author_id": "sam"}))
+        events.append(
+            (
+                "message.created",
+                {
+                    "thread_id": f"t{m % threads}",
+                    "message_id": f"m{m}",
+                    "thread_seq": m // threads + 1,
+                    "author_id": "sam",
+                },
+            )
+        )
     with psycopg.connect(url) as conn:
         conn.execute(
             "INSERT INTO bothy.push_registrations (id, user_id, device_id, provider, token,"
@@ -126,10 +136,10 @@ async def test_killing_the_daemon_mid_round_loses_nothing_and_duplicates_nothing
     seed(database_url, total)
     config_file = tmp_path / "worker.toml"
     config_file.write_text(
-        "[server]\nrole = \"worker\"\napi_listen = \"127.0.0.1:0\"\n"
-        "[database]\nurl = \"env:BOTHY_TEST_DATABASE_URL\"\n"
-        "[notify]\nbatch_size = 7\npoll_interval = \"50ms\"\ncoalesce_window = \"0s\"\n"
-        "[push.fake]\n[log]\nlevel = \"error\"\n"
+        '[server]\nrole = "worker"\napi_listen = "127.0.0.1:0"\n'
+        '[database]\nurl = "env:BOTHY_TEST_DATABASE_URL"\n'
+        '[notify]\nbatch_size = 7\npoll_interval = "50ms"\ncoalesce_window = "0s"\n'
+        '[push.fake]\n[log]\nlevel = "error"\n'
     )
     daemon = subprocess.Popen(
         [sys.executable, "-m", "bothy_notify.cli", "run", "--config", str(config_file)],
@@ -141,9 +151,7 @@ async def test_killing_the_daemon_mid_round_loses_nothing_and_duplicates_nothing
         with trio.fail_after(30):
             while True:
                 with psycopg.connect(database_url) as conn:
-                    (seq,) = conn.execute(
-                        "SELECT seq FROM bothy.consumer_cursor"
-                    ).fetchone()  # type: ignore[misc]
+                    (seq,) = conn.execute("SELECT seq FROM bothy.consumer_cursor").fetchone()  # type: ignore[misc]
                 if seq > 0:
                     break
                 await trio.sleep(0.005)
@@ -161,4 +169,3 @@ async def test_killing_the_daemon_mid_round_loses_nothing_and_duplicates_nothing
     )
     await node.settle(timeout=30)
     assert push_jobs_by_message(database_url) == Counter({f"m{i}": 1 for i in range(total)})
-

@@ -49,13 +49,21 @@ async def states(db: Database) -> list[tuple[int, str, int]]:
 
 
 async def start_runner(
-    nursery: trio.Nursery, db: Database, url: str, clock: FakeClock, *handlers: object,
+    nursery: trio.Nursery,
+    db: Database,
+    url: str,
+    clock: FakeClock,
+    *handlers: object,
     **config: object,
 ) -> JobRunner:
     runner = JobRunner(
-        db=db, database_url=url, clock=clock, handlers=list(handlers),  # type: ignore[arg-type]
+        db=db,
+        database_url=url,
+        clock=clock,
+        handlers=list(handlers),  # type: ignore[arg-type]
         config=JobsConfig(**config),  # type: ignore[arg-type]
-        poll_interval=timedelta(milliseconds=50), metrics=Metrics(),
+        poll_interval=timedelta(milliseconds=50),
+        metrics=Metrics(),
     )
     await nursery.start(runner.run)
     return runner
@@ -109,8 +117,13 @@ async def test_concurrent_claims_never_share_a_job(db: Database, clock: FakeCloc
 
     async def claim() -> None:
         jobs = await db.run(
-            partial(queue.claim, now=clock.now(), limit=30, lease=timedelta(seconds=30),
-                    kinds=["test.work"])
+            partial(
+                queue.claim,
+                now=clock.now(),
+                limit=30,
+                lease=timedelta(seconds=30),
+                kinds=["test.work"],
+            )
         )
         claimed.extend(j.id for j in jobs)
 
@@ -172,9 +185,7 @@ async def test_a_killed_runners_job_runs_again(
 ) -> None:
     clock = FakeClock()
     await db.run(
-        lambda c: queue.insert(
-            c, [JobSpec("test.block", {"n": 1}, clock.now(), 3)], clock.now()
-        )
+        lambda c: queue.insert(c, [JobSpec("test.block", {"n": 1}, clock.now(), 3)], clock.now())
     )
     worker = subprocess.Popen(
         [sys.executable, "-m", "tests.support.blocking_worker", database_url],

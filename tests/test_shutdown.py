@@ -43,15 +43,20 @@ async def one_push(node: Node) -> None:
         ev("thread.followed", user_id="alex", thread_id="t1", level="all"),
     )
     await node.register("alex", "phone", "tok")
-    await node.append(ev("message.created", thread_id="t1", message_id="m1", thread_seq=1,
-                         author_id="sam"))
+    await node.append(
+        ev("message.created", thread_id="t1", message_id="m1", thread_seq=1, author_id="sam")
+    )
 
 
 async def test_an_in_flight_send_finishes_during_the_drain(database_url: str) -> None:
     provider = GatedProvider()
     async with trio.open_nursery() as nursery:
-        node = await start_node(nursery, database_url, providers={"fake": provider},
-                                config=make_config(server={"drain_period": "5s"}))
+        node = await start_node(
+            nursery,
+            database_url,
+            providers={"fake": provider},
+            config=make_config(server={"drain_period": "5s"}),
+        )
         await one_push(node)
         await provider.entered.wait()
         node.daemon.request_shutdown()
@@ -66,8 +71,12 @@ async def test_an_in_flight_send_finishes_during_the_drain(database_url: str) ->
 async def test_a_send_that_outlives_the_drain_is_given_back(database_url: str) -> None:
     provider = GatedProvider()
     async with trio.open_nursery() as nursery:
-        node = await start_node(nursery, database_url, providers={"fake": provider},
-                                config=make_config(server={"drain_period": "200ms"}))
+        node = await start_node(
+            nursery,
+            database_url,
+            providers={"fake": provider},
+            config=make_config(server={"drain_period": "200ms"}),
+        )
         await one_push(node)
         await provider.entered.wait()
         node.daemon.request_shutdown()
@@ -81,17 +90,16 @@ async def _states_after(url: str) -> list[tuple[str, int]]:
 
     with psycopg.connect(url) as conn:
         return [
-            (r[0], r[1])
-            for r in conn.execute("SELECT state, attempt FROM bothy.jobs ORDER BY id")
+            (r[0], r[1]) for r in conn.execute("SELECT state, attempt FROM bothy.jobs ORDER BY id")
         ]
 
 
 def test_sigterm_stops_the_daemon_cleanly(database_url: str, tmp_path: Path) -> None:
     config_file = tmp_path / "node.toml"
     config_file.write_text(
-        "[server]\napi_listen = \"127.0.0.1:0\"\ngateway_listen = \"127.0.0.1:0\"\n"
-        "drain_period = \"2s\"\n[database]\nurl = \"env:BOTHY_TEST_DATABASE_URL\"\n"
-        "[push.fake]\n[log]\nformat = \"json\"\n"
+        '[server]\napi_listen = "127.0.0.1:0"\ngateway_listen = "127.0.0.1:0"\n'
+        'drain_period = "2s"\n[database]\nurl = "env:BOTHY_TEST_DATABASE_URL"\n'
+        '[push.fake]\n[log]\nformat = "json"\n'
     )
     daemon = subprocess.Popen(
         [sys.executable, "-m", "bothy_notify.cli", "run", "--config", str(config_file)],
@@ -110,5 +118,3 @@ def test_sigterm_stops_the_daemon_cleanly(database_url: str, tmp_path: Path) -> 
     daemon.stderr.close()
     assert "node stopped" in rest
     assert "Traceback" not in rest
-
-

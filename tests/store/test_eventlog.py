@@ -17,19 +17,28 @@ from bothy_notify.store.migrate import load_event_schemas
 
 VALID: dict[str, dict[str, Any]] = {
     "user.upserted": {"user_id": "alex", "kind": "human", "active": True},
-    "device.upserted": {"device_id": "d1", "user_id": "alex", "platform": "ios",
-                        "state": "active"},
+    "device.upserted": {"device_id": "d1", "user_id": "alex", "platform": "ios", "state": "active"},
     "thread.upserted": {"thread_id": "t1", "space_id": "s1", "channel_id": "c1"},
     "member.added": {"user_id": "alex", "scope_id": "s1"},
     "member.removed": {"user_id": "alex", "scope_id": "s1"},
     "thread.followed": {"user_id": "alex", "thread_id": "t1", "level": "all"},
     "thread.read": {"user_id": "alex", "thread_id": "t1", "seq": 4},
-    "message.created": {"thread_id": "t1", "message_id": "m1", "thread_seq": 1,
-                        "author_id": "sam", "mentions": ["alex"]},
+    "message.created": {
+        "thread_id": "t1",
+        "message_id": "m1",
+        "thread_seq": 1,
+        "author_id": "sam",
+        "mentions": ["alex"],
+    },
     "access.expiring": {"user_id": "alex", "target_id": "grant-1"},
-    "hint.requested": {"recipients": ["alex", "sam"], "actor_id": "robin",
-                       "category": "social", "kind": "social:friend_request",
-                       "target_id": "robin", "idempotency_key": "req-1"},
+    "hint.requested": {
+        "recipients": ["alex", "sam"],
+        "actor_id": "robin",
+        "category": "social",
+        "kind": "social:friend_request",
+        "target_id": "robin",
+        "idempotency_key": "req-1",
+    },
 }
 
 
@@ -53,13 +62,15 @@ def test_every_event_type_has_a_schema_and_a_valid_example() -> None:
 
 
 def test_append_event_accepts_valid_events_and_notifies(database_url: str) -> None:
-    with psycopg.connect(database_url, autocommit=True) as listener, psycopg.connect(
-        database_url
-    ) as conn:
+    with (
+        psycopg.connect(database_url, autocommit=True) as listener,
+        psycopg.connect(database_url) as conn,
+    ):
         listener.execute("LISTEN bothy_events")
         seqs = [
-            conn.execute("SELECT bothy.append_event(%s, %s::jsonb)",
-                         (t, json.dumps(p))).fetchone()[0]  # type: ignore[index]
+            conn.execute("SELECT bothy.append_event(%s, %s::jsonb)", (t, json.dumps(p))).fetchone()[
+                0
+            ]  # type: ignore[index]
             for t, p in VALID.items()
         ]
         conn.commit()
@@ -72,18 +83,36 @@ def test_append_event_accepts_valid_events_and_notifies(database_url: str) -> No
     [
         ("nope.event", {}, "bothy: type: unknown event type"),
         ("message.created", {"thread_id": "t1"}, "bothy: payload.message_id: required"),
-        ("thread.read", {"user_id": "a", "thread_id": "t", "seq": "4"},
-         "bothy: payload.seq: expected an integer"),
-        ("thread.read", {"user_id": "a", "thread_id": "t", "seq": -1},
-         "bothy: payload.seq: too small"),
-        ("user.upserted", {"user_id": "a b", "kind": "human", "active": True},
-         "bothy: payload.user_id: does not have the required form"),
-        ("user.upserted", {"user_id": "a", "kind": "robot", "active": True},
-         "bothy: payload.kind: not one of the allowed values"),
-        ("member.added", {"user_id": "a", "scope_id": "s", "extra": 1},
-         "bothy: payload.extra: unknown field"),
-        ("message.created", {**VALID["message.created"], "mentions": ["ok", "not ok"]},
-         "bothy: payload.mentions[1]: does not have the required form"),
+        (
+            "thread.read",
+            {"user_id": "a", "thread_id": "t", "seq": "4"},
+            "bothy: payload.seq: expected an integer",
+        ),
+        (
+            "thread.read",
+            {"user_id": "a", "thread_id": "t", "seq": -1},
+            "bothy: payload.seq: too small",
+        ),
+        (
+            "user.upserted",
+            {"user_id": "a b", "kind": "human", "active": True},
+            "bothy: payload.user_id: does not have the required form",
+        ),
+        (
+            "user.upserted",
+            {"user_id": "a", "kind": "robot", "active": True},
+            "bothy: payload.kind: not one of the allowed values",
+        ),
+        (
+            "member.added",
+            {"user_id": "a", "scope_id": "s", "extra": 1},
+            "bothy: payload.extra: unknown field",
+        ),
+        (
+            "message.created",
+            {**VALID["message.created"], "mentions": ["ok", "not ok"]},
+            "bothy: payload.mentions[1]: does not have the required form",
+        ),
     ],
 )
 def test_append_event_refuses_naming_the_field(
@@ -105,22 +134,33 @@ def mutations() -> st.SearchStrategy[tuple[str, Any]]:
             payload.pop(data.draw(st.sampled_from(keys)))
         elif action == "retype" and keys:
             payload[data.draw(st.sampled_from(keys))] = data.draw(
-                st.one_of(st.integers(-3, 3), st.booleans(), st.text(max_size=5), st.none(),
-                          st.lists(st.integers(), max_size=2), st.floats(allow_nan=False)))
+                st.one_of(
+                    st.integers(-3, 3),
+                    st.booleans(),
+                    st.text(max_size=5),
+                    st.none(),
+                    st.lists(st.integers(), max_size=2),
+                    st.floats(allow_nan=False),
+                )
+            )
         elif action == "add":
             payload[data.draw(st.sampled_from(["extra", "x", "seq", "mentions"]))] = 1
         elif action == "bad_id" and keys:
             payload[data.draw(st.sampled_from(keys))] = data.draw(
-                st.sampled_from(["", "a" * 129, "sp ace", "ok-id", "é"]))
+                st.sampled_from(["", "a" * 129, "sp ace", "ok-id", "é"])
+            )
         elif action == "whole":
             return type_, data.draw(st.one_of(st.lists(st.integers()), st.text(), st.none()))
         return type_, payload
 
-    return st.builds(lambda pair, data: mutate(pair, data),
-                     st.sampled_from(sorted(VALID.items())), st.data())
+    return st.builds(
+        lambda pair, data: mutate(pair, data), st.sampled_from(sorted(VALID.items())), st.data()
+    )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(case=mutations())
 def test_sql_and_python_validation_agree(database_url: str, case: tuple[str, Any]) -> None:
     type_, payload = case
@@ -137,19 +177,25 @@ def test_sql_and_python_validation_agree(database_url: str, case: tuple[str, Any
 def test_a_refused_event_leaves_nothing_of_its_batch(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
         with pytest.raises(EventRejected) as error, conn.transaction():
-            eventlog.append(conn, [("user.upserted", VALID["user.upserted"]),
-                                   ("thread.read", {"user_id": "a"})])
+            eventlog.append(
+                conn, [("user.upserted", VALID["user.upserted"]), ("thread.read", {"user_id": "a"})]
+            )
         assert error.value.field == "payload.thread_id"
         assert conn.execute("SELECT count(*) FROM bothy.events").fetchone() == (0,)
 
 
 def test_an_event_that_commits_late_is_not_skipped(database_url: str) -> None:
-    with psycopg.connect(database_url) as early, psycopg.connect(database_url) as late, \
-            psycopg.connect(database_url) as reader:
-        early.execute("SELECT bothy.append_event('member.added', "
-                      "'{\"user_id\": \"a\", \"scope_id\": \"s\"}')")  # seq 1, not committed
-        late.execute("SELECT bothy.append_event('member.added', "
-                     "'{\"user_id\": \"b\", \"scope_id\": \"s\"}')")  # seq 2
+    with (
+        psycopg.connect(database_url) as early,
+        psycopg.connect(database_url) as late,
+        psycopg.connect(database_url) as reader,
+    ):
+        early.execute(
+            'SELECT bothy.append_event(\'member.added\', \'{"user_id": "a", "scope_id": "s"}\')'
+        )  # seq 1, not committed
+        late.execute(
+            'SELECT bothy.append_event(\'member.added\', \'{"user_id": "b", "scope_id": "s"}\')'
+        )  # seq 2
         late.commit()
         with reader.transaction():
             assert eventlog.read_batch(reader, Cursor(0, 0), 10) == []
