@@ -23,14 +23,14 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import bench_database, machine, report  # noqa: E402
-from bothy_notify.config import structure_config  # noqa: E402
-from bothy_notify.kernel.clock import SystemClock  # noqa: E402
-from bothy_notify.kernel.metrics import Metrics  # noqa: E402
-from bothy_notify.kernel.presence import NoPresence  # noqa: E402
-from bothy_notify.notify.round import ConsumerRound  # noqa: E402
-from bothy_notify.notify.routes import FailClosedRoutes  # noqa: E402
-from bothy_notify.store.db import connect_dedicated  # noqa: E402
+from bench._common import bench_database, machine, report
+from bothy_notify.config import structure_config
+from bothy_notify.kernel.clock import SystemClock
+from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.presence import NoPresence
+from bothy_notify.notify.round import ConsumerRound
+from bothy_notify.notify.routes import FailClosedRoutes
+from bothy_notify.store.db import connect_dedicated
 
 
 def seed(url: str, events: int, followers: int, threads: int, batch: int) -> None:

@@ -153,9 +153,7 @@ def mutations() -> st.SearchStrategy[tuple[str, Any]]:
             return type_, data.draw(st.one_of(st.lists(st.integers()), st.text(), st.none()))
         return type_, payload
 
-    return st.builds(
-        lambda pair, data: mutate(pair, data), st.sampled_from(sorted(VALID.items())), st.data()
-    )
+    return st.builds(mutate, st.sampled_from(sorted(VALID.items())), st.data())
 
 
 @settings(
