@@ -4,7 +4,8 @@
   again; queue depth and lag metrics;
 - hourly (and once at start): prune finished jobs after ``jobs.retention``,
   invalidate registrations not renewed within ``push.registration_ttl``, delete
-  invalidated registrations after ``push.invalidated_retention``.
+  invalidated registrations after ``push.invalidated_retention``, delete the
+  idempotency records of app hints older than ``notify.idempotency_window``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import trio
 from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.store import idempotency
 from bothy_notify.store import jobs as queue
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database, StoreError
@@ -37,6 +39,7 @@ class SweepResult:
     jobs_pruned: int
     registrations_expired: int
     registrations_deleted: int
+    idempotency_pruned: int = 0
 
 
 def sweep(conn: Conn, now: datetime, config: Config) -> SweepResult:
@@ -47,6 +50,7 @@ def sweep(conn: Conn, now: datetime, config: Config) -> SweepResult:
         registrations_deleted=regs.delete_invalidated(
             conn, now - config.push.invalidated_retention
         ),
+        idempotency_pruned=idempotency.prune(conn, now - config.notify.idempotency_window),
     )
 
 
@@ -108,6 +112,7 @@ class Housekeeper:
                 "jobs_pruned": result.jobs_pruned,
                 "registrations_expired": result.registrations_expired,
                 "registrations_deleted": result.registrations_deleted,
+                "idempotency_pruned": result.idempotency_pruned,
             },
         )
         return result

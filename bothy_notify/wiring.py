@@ -33,13 +33,14 @@ from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import NoPresence, PresenceView
+from bothy_notify.notify.catalogue import Catalogue, load_catalogue
 from bothy_notify.notify.jobs.flush import FlushHandler
 from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler
 from bothy_notify.notify.jobs.push_send import PushSendHandler
 from bothy_notify.notify.planner import RoundOutcome
 from bothy_notify.notify.round import ConsumerRound
 from bothy_notify.notify.routes import FailClosedRoutes, JobLiveRoutes, LiveRoutes
-from bothy_notify.push.factory import build_providers
+from bothy_notify.push.factory import build_providers, registration_check
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.registry import Providers
 from bothy_notify.runner import JobHandler, JobRunner
@@ -104,6 +105,10 @@ class Daemon:
         metrics: the registry (a new one by default).
         stdout: where dev-mode output goes.
         before_commit: test seam of the consumer round.
+
+    Raises:
+        ConfigError: the kind catalogue (``notify.kinds``, ``notify.kinds_dir``)
+            is invalid; the message names the key.
     """
 
     def __init__(
@@ -120,6 +125,7 @@ class Daemon:
     ) -> None:
         self.config = config
         self.spec = ROLE_TABLE[config.server.role]
+        self.catalogue: Catalogue = load_catalogue(config.notify)
         self.clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
         self._database_url = database_url
@@ -174,7 +180,9 @@ class Daemon:
         providers = self.providers = Providers(
             self._providers_override
             if self._providers_override is not None
-            else build_providers(config.push, dev=config.server.dev, stdout=self._stdout),
+            else build_providers(
+                config.push, dev=config.server.dev, stdout=self._stdout, clock=self.clock
+            ),
             max_in_flight=config.push.max_in_flight,
         )
         spec = self.spec
@@ -240,12 +248,23 @@ class Daemon:
         publisher: EphemeralPublisher | None,
     ) -> None:
         config, clock, metrics = self.config, self.clock, self.metrics
+        version = self.catalogue.version
         handlers: list[JobHandler] = [
             PushSendHandler(
-                db=db, providers=providers, clock=clock, config=config.push, metrics=metrics
+                db=db,
+                providers=providers,
+                clock=clock,
+                config=config.push,
+                metrics=metrics,
+                catalogue_version=lambda: version,
             ),
             GatewaySendHandler(
-                db=db, clock=clock, config=config.push, metrics=metrics, publisher=publisher
+                db=db,
+                clock=clock,
+                config=config.push,
+                metrics=metrics,
+                publisher=publisher,
+                catalogue_version=lambda: version,
             ),
             FlushHandler(
                 db=db, clock=clock, config=config, presence=presence, live=live, metrics=metrics
@@ -312,6 +331,8 @@ class Daemon:
             validator=EventValidator(),
             provider_names=providers.names,
             readiness=readiness,
+            catalogue=self.catalogue,
+            registration_check=registration_check(providers),
         )
 
 

@@ -50,7 +50,7 @@ async def test_follower_phone_gets_one_content_free_push(launch: Launch) -> None
     await node.settle()
 
     (payload,) = sends_to(node, "alex-token")
-    assert set(payload) == {"nid", "kind", "thread_id", "message_id", "count", "quiet"}
+    assert set(payload) == {"nid", "kind", "thread_id", "message_id", "count", "quiet", "mv"}
     assert payload["kind"] == "message"
     assert payload["thread_id"] == "t1" and payload["message_id"] == "m1"
     assert payload["count"] == 1 and payload["quiet"] is False

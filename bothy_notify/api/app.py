@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from bothy_notify.api import events, ops, registrations, threads
+from bothy_notify.api import catalogue, events, ops, preferences, registrations, threads
 from bothy_notify.api.context import ApiContext
 from bothy_notify.api.errors import ApiError, error_response
 
@@ -28,14 +28,24 @@ log = logging.getLogger("bothy.api")
 Handler = Callable[[ApiContext, Request], Awaitable[Response]]
 
 
-def _bind(ctx: ApiContext, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    async def endpoint(request: Request) -> Response:
-        try:
-            return await handler(ctx, request)
-        except ApiError as exc:
-            return exc.response()
+def _bind(
+    ctx: ApiContext, handlers: dict[str, Handler]
+) -> Callable[[Request], Awaitable[Response]]:
+    """One endpoint for every method of a path, so a 405 lists all of them in ``Allow``."""
 
-    endpoint.__name__ = handler.__name__
+    async def endpoint(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        try:
+            return await handlers[method](ctx, request)
+        except ApiError as exc:
+            response = exc.response()
+            if exc.status == 413 and request.scope.get("http_version", "1.1").startswith("1"):
+                # The rest of the body may still be on its way; a reused HTTP/1
+                # connection would stall behind it, so this one ends here.
+                response.headers["Connection"] = "close"
+            return response
+
+    endpoint.__name__ = "_".join(fn.__name__ for fn in handlers.values())
     return endpoint
 
 
@@ -44,6 +54,11 @@ DEVICE_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/v1/registrations", registrations.list_registrations, ["GET"]),
     ("/v1/registrations/{registration_id}", registrations.delete_registration, ["DELETE"]),
     ("/v1/threads/{thread_id}/read", threads.put_read, ["PUT"]),
+    ("/v1/threads/{thread_id}/follow", preferences.get_follow, ["GET"]),
+    ("/v1/threads/{thread_id}/follow", preferences.put_follow, ["PUT"]),
+    ("/v1/preferences", preferences.get_preferences, ["GET"]),
+    ("/v1/preferences", preferences.put_preferences, ["PUT"]),
+    ("/v1/catalogue", catalogue.get_catalogue, ["GET"]),
 ]
 PRODUCER_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/v1/events", events.post_events, ["POST"]),
@@ -65,7 +80,14 @@ def build_app(
     table = list(OPERATOR_ROUTES)
     if not operator_only:
         table = DEVICE_ROUTES + PRODUCER_ROUTES + (extra_routes or []) + table
-    routes = [Route(path, _bind(ctx, fn), methods=methods) for path, fn, methods in table]
+    by_path: dict[str, dict[str, Handler]] = {}
+    for path, fn, methods in table:
+        for method in methods:
+            by_path.setdefault(path, {})[method] = fn
+    routes = [
+        Route(path, _bind(ctx, handlers), methods=list(handlers))
+        for path, handlers in by_path.items()
+    ]
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -73,7 +95,10 @@ def build_app(
         message = {404: "no such endpoint", 405: "method not allowed"}.get(
             exc.status_code, "the request cannot be served"
         )
-        return error_response(exc.status_code, code, message)
+        response = error_response(exc.status_code, code, message)
+        if exc.status_code == 405 and exc.headers and "Allow" in exc.headers:
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
 
     async def server_error(request: Request, exc: Exception) -> Response:
         log.error("unexpected error in a request", extra={"error_type": type(exc).__name__})

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +16,7 @@ from bothy_notify.auth import AuthError, DeviceClaims, ProducerClaims, TokenVeri
 from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Database
 from bothy_notify.store.events import EventValidator
@@ -25,7 +28,8 @@ class ApiContext:
 
     ``readiness`` answers which parts of this node are running (``/readyz``).
     ``registration_check`` validates a registration for its provider
-    (returns the bad field and problem, or ``None``).
+    (returns the bad field and problem, or ``None``). ``catalogue`` is the
+    kind catalogue served by ``GET /v1/catalogue``.
     """
 
     db: Database
@@ -37,6 +41,7 @@ class ApiContext:
     provider_names: frozenset[str]
     readiness: Callable[[], Mapping[str, bool]] = field(default=lambda: {})
     registration_check: Callable[..., Awaitable[tuple[str, str] | None]] | None = None
+    catalogue: Catalogue = field(default_factory=Catalogue.builtin)
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __repr__(self) -> str:
@@ -85,16 +90,34 @@ def producer_claims(ctx: ApiContext, request: Request) -> ProducerClaims:
 
 
 async def read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON; 413 above ``limit`` bytes, 400 when malformed."""
+    """The request body as JSON; 413 above ``limit`` bytes, 400 when malformed.
+
+    Malformed includes what Python's parser would otherwise let through or
+    choke on: ``NaN``/``Infinity`` (not JSON), numbers too large for a double,
+    and nesting too deep to parse.
+    """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large()
     body = bytearray()
-    async for chunk in request.stream():
-        body.extend(chunk)
-        if len(body) > limit:
-            raise too_large()
+    # Closed explicitly: stopping early must not leave the generator to the collector.
+    async with aclosing(request.stream()) as stream:
+        async for chunk in stream:
+            body.extend(chunk)
+            if len(body) > limit:
+                raise too_large()
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        return json.loads(body, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise bad_json() from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError("not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("out of range")
+    return value

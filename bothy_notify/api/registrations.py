@@ -6,6 +6,7 @@ import base64
 import binascii
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -84,6 +85,8 @@ async def _validate(ctx: ApiContext, body: Any) -> dict[str, Any]:
             raise invalid("token", "expected an APNs device token (hex)")
         environment = environment or "production"
     elif provider == "webhook":
+        if not _webhook_url(token):
+            raise invalid("token", "expected an https URL without credentials or fragment")
         if signing_key is None:
             raise invalid("signing_key", "required for a webhook")
         if not isinstance(signing_key, str) or not 16 <= len(_b64(signing_key)) <= 64:
@@ -100,6 +103,27 @@ async def _validate(ctx: ApiContext, body: Any) -> dict[str, Any]:
     if signing_key is not None:
         out["signing_key"] = signing_key
     return out
+
+
+def _webhook_url(token: str) -> bool:
+    """A webhook token is an ``https://host[:port]/path?query`` URL of printable ASCII,
+    without user info or fragment (allowed domains and addresses are checked by the
+    provider's registration check)."""
+    if not _PLAIN_TOKEN.fullmatch(token):
+        return False
+    parts = urlsplit(token)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        return False
+    return (
+        parts.scheme == "https"
+        and bool(parts.hostname)
+        and port_ok
+        and parts.username is None
+        and parts.password is None
+        and not parts.fragment
+    )
 
 
 def _b64(text: str) -> bytes:

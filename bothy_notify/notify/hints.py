@@ -62,6 +62,19 @@ def admin_hint(payload: Mapping[str, Any]) -> HintRequest:
     )
 
 
+def dedupe_key(request: HintRequest) -> str:
+    """The idempotency key of an app-requested hint, shared by every recipient.
+
+    The producer's ``idempotency_key`` when it gave one; otherwise what the hint
+    is about: its kind, thread and target. A retried request carries the same
+    payload, so it always finds the same key.
+    """
+    if request.idempotency_key:
+        return f"key|{request.idempotency_key}"
+    hint = request.hint
+    return f"about|{hint.kind}|{hint.thread_id or ''}|{hint.target_id or ''}"
+
+
 def requested_hint(payload: Mapping[str, Any]) -> HintRequest:
     """``hint.requested``: the app names kind, category and recipients; never the actor."""
     actor = payload.get("actor_id")

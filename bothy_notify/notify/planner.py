@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 
 from bothy_notify.config import BUILTIN_CATEGORIES, Config, Level
 from bothy_notify.kernel.clock import to_unix_micros
@@ -35,16 +35,17 @@ from bothy_notify.notify.domain import (
 from bothy_notify.notify.hints import (
     HintRequest,
     admin_hint,
+    dedupe_key,
     message_hint,
     requested_hint,
     security_hint,
 )
 from bothy_notify.notify.jobs.args import FLUSH, FlushArgs
 from bothy_notify.notify.routes import LiveRoutes, jobs_for
-from bothy_notify.store import facts
+from bothy_notify.store import facts, idempotency
 from bothy_notify.store.db import Conn
 from bothy_notify.store.events import Event
-from bothy_notify.store.jobs import JobSpec
+from bothy_notify.store.jobs import JobSpec, JobWriter
 from bothy_notify.store.projections import PROJECTIONS, record_messages, upsert_device
 
 log = logging.getLogger("bothy.notify.round")
@@ -57,7 +58,7 @@ FLUSH_MAX_ATTEMPTS = 5
 class RoundOutcome:
     """What a round decided, applied to metrics only after its commit."""
 
-    jobs: list[JobSpec] = field(default_factory=list)
+    jobs: int = 0
     skips: Counter[str] = field(default_factory=Counter)
     hints: Counter[str] = field(default_factory=Counter)
     folded: int = 0
@@ -83,8 +84,10 @@ class Decider:
         presence: PresenceView,
         live: LiveRoutes,
         outcome: RoundOutcome,
+        writer: JobWriter,
     ) -> None:
         self.conn = conn
+        self.writer = writer
         self.now = now
         self.config = config
         self.presence = presence
@@ -122,38 +125,42 @@ class Decider:
         default_level = self.config.notify.default_level
         no_presence: tuple[PresenceEntry, ...] = ()
 
-        for hint, recipients, appended_at in items:
-            if hint.category not in self.categories:
-                log.warning("hint category is not configured; skipped", extra={"kind": hint.kind})
-                self.outcome.skips["preference"] += len(recipients)
-                continue
-            info = infos.get(hint.thread_id) if hint.thread_id else None
-            for user in recipients:
-                person = people.get(user, facts.UNKNOWN_PERSON)
-                if hint.thread_id is None:
-                    access, level, read_pos = True, Level.ALL, 0
-                elif info is None:
-                    access, level, read_pos = False, default_level, 0
-                else:
-                    access = any((user, s) in member_pairs for s in info.scopes)
-                    level = follows.get(hint.thread_id, {}).get(user, default_level)
-                    read_pos = max(reads.get((user, hint.thread_id), 0), info.unread_floor_seq)
-                recipient = RecipientFacts(
-                    user_id=user,
-                    human=person.human,
-                    active=person.active,
-                    has_access=access,
-                    level=level,
-                    categories_off=person.categories_off,
-                    read_position=read_pos,
-                    devices=devices.get(user, ()),
-                    presence=presence.get(user, no_presence),
-                )
-                key = (user, hint.thread_id or "")
-                decision = decide(
-                    hint, recipient, self.policy, window=windows.get(key), now=self.now
-                )
-                self._apply(hint, decision, appended_at, key, windows, changed)
+        # Jobs stream into COPY while deciding: the database ingests on its own core.
+        with self.writer.stream():
+            for hint, recipients, appended_at in items:
+                if hint.category not in self.categories:
+                    log.warning(
+                        "hint category is not configured; skipped", extra={"kind": hint.kind}
+                    )
+                    self.outcome.skips["preference"] += len(recipients)
+                    continue
+                info = infos.get(hint.thread_id) if hint.thread_id else None
+                for user in recipients:
+                    person = people.get(user, facts.UNKNOWN_PERSON)
+                    if hint.thread_id is None:
+                        access, level, read_pos = True, Level.ALL, 0
+                    elif info is None:
+                        access, level, read_pos = False, default_level, 0
+                    else:
+                        access = any((user, s) in member_pairs for s in info.scopes)
+                        level = follows.get(hint.thread_id, {}).get(user, default_level)
+                        read_pos = max(reads.get((user, hint.thread_id), 0), info.unread_floor_seq)
+                    recipient = RecipientFacts(
+                        user_id=user,
+                        human=person.human,
+                        active=person.active,
+                        has_access=access,
+                        level=level,
+                        categories_off=person.categories_off,
+                        read_position=read_pos,
+                        devices=devices.get(user, ()),
+                        presence=presence.get(user, no_presence),
+                    )
+                    key = (user, hint.thread_id or "")
+                    decision = decide(
+                        hint, recipient, self.policy, window=windows.get(key), now=self.now
+                    )
+                    self._apply(hint, decision, appended_at, key, windows, changed)
         facts.save_windows(self.conn, ((u, t, w) for (u, t), w in changed.items()))
 
     def _apply(
@@ -173,21 +180,22 @@ class Decider:
             windows[key] = changed[key] = decision.window
         elif isinstance(decision, Delivery):
             out.hints[_kind_class(decision.kind)] += 1
-            out.jobs.extend(
-                jobs_for(
-                    hint,
-                    decision,
-                    self.live,
-                    now=self.now,
-                    appended_at=appended_at,
-                    push_max_attempts=self.config.push.max_attempts,
-                )
+            specs = jobs_for(
+                hint,
+                decision,
+                self.live,
+                now=self.now,
+                appended_at=appended_at,
+                push_max_attempts=self.config.push.max_attempts,
             )
+            out.jobs += len(specs)
+            self.writer.extend(specs)
             if decision.opens is not None and hint.thread_id is not None:
                 window = decision.opens
                 windows[key] = changed[key] = window
                 opened = to_unix_micros(window.opened_at)
-                out.jobs.append(
+                out.jobs += 1
+                self.writer.add(
                     JobSpec(
                         FLUSH,
                         FlushArgs(decision.user_id, hint.thread_id, opened).to_args(),
@@ -217,8 +225,15 @@ class RoundPlanner:
     ) -> None:
         self.conn = conn
         self.outcome = RoundOutcome()
+        self.writer = JobWriter(conn, now)
         self.decider = Decider(
-            conn, now=now, config=config, presence=presence, live=live, outcome=self.outcome
+            conn,
+            now=now,
+            config=config,
+            presence=presence,
+            live=live,
+            outcome=self.outcome,
+            writer=self.writer,
         )
         self.config = config
         self._messages: list[Event] = []
@@ -244,9 +259,31 @@ class RoundPlanner:
             if event.type == "access.expiring":
                 request = admin_hint(p)
             elif event.type == "hint.requested":
-                request = requested_hint(p)
+                request = self._first_time_only(requested_hint(p))
         if request is not None and request.recipients:
             self.decider.decide_group([(request.hint, request.recipients, event.occurred_at)])
+
+    def finish(self) -> int:
+        """Insert the remaining jobs; returns how many are new. Call once, before commit."""
+        return self.writer.finish()
+
+    def _first_time_only(self, request: HintRequest) -> HintRequest:
+        """Drop recipients who already had this app hint within ``notify.idempotency_window``.
+
+        The record commits with the round, so a producer that retries the same
+        request (same key, or same kind and target without a key) gets one hint.
+        A zero window turns deduplication off and records nothing.
+        """
+        if not request.recipients or self.config.notify.idempotency_window <= timedelta(0):
+            return request
+        fresh = idempotency.claim(
+            self.conn,
+            dedupe_key(request),
+            request.recipients,
+            now=self.decider.now,
+            window=self.config.notify.idempotency_window,
+        )
+        return replace(request, recipients=tuple(r for r in request.recipients if r in fresh))
 
     def _decide_messages(self) -> None:
         if not self._messages:
