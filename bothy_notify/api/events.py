@@ -14,7 +14,6 @@ from starlette.responses import JSONResponse
 
 from bothy_notify.api.context import ApiContext, producer_claims, read_json
 from bothy_notify.api.errors import invalid, too_large
-from bothy_notify.config import BUILTIN_CATEGORIES
 from bothy_notify.store import events as eventlog
 from bothy_notify.store.events import EventRejected
 
@@ -44,7 +43,8 @@ def _events_of(ctx: ApiContext, body: Any) -> list[tuple[str, dict[str, Any]]]:
         raise invalid("events", "too few items")
     if len(raw) > ctx.config.server.max_batch_events:
         raise too_large("too many events in one batch (server.max_batch_events)")
-    categories = set(BUILTIN_CATEGORIES) | set(ctx.config.notify.categories)
+    # App hints belong to the app's own categories (SPEC section 6), never a built-in one.
+    categories = set(ctx.config.notify.categories)
     out: list[tuple[str, dict[str, Any]]] = []
     for i, item in enumerate(raw):
         where = f"events[{i}]"

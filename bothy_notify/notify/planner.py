@@ -259,7 +259,16 @@ class RoundPlanner:
             if event.type == "access.expiring":
                 request = admin_hint(p)
             elif event.type == "hint.requested":
-                request = self._first_time_only(requested_hint(p))
+                request = requested_hint(p)
+                if request.hint.category not in self.config.notify.categories:
+                    # The outbox path has no HTTP check in front of it.
+                    log.warning(
+                        "app hint category is not in notify.categories; skipped",
+                        extra={"kind": request.hint.kind},
+                    )
+                    self.outcome.skips["preference"] += len(request.recipients)
+                    return
+                request = self._first_time_only(request)
         if request is not None and request.recipients:
             self.decider.decide_group([(request.hint, request.recipients, event.occurred_at)])
 
