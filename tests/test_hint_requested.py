@@ -63,6 +63,7 @@ async def test_the_same_request_appended_three_times_gives_one_push(launch: Laun
         await node.settle()
 
     assert len(pushes(node, "sam")) == 1
+    assert node.daemon.metrics.hints_deduplicated._value.get() == 2
 
 
 async def test_retries_inside_one_batch_give_one_push(launch: Launch) -> None:

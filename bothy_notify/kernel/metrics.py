@@ -84,6 +84,11 @@ class Metrics:
             "Messages folded into an open coalescing window instead of a hint.",
             registry=r,
         )
+        self.hints_deduplicated = Counter(
+            "bothy_hints_deduplicated",
+            "App hint recipients skipped because the same request reached them before.",
+            registry=r,
+        )
         self.events_appended = Counter(
             "bothy_events_appended", "Events appended through the HTTP API.", registry=r
         )

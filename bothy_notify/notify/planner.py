@@ -62,6 +62,7 @@ class RoundOutcome:
     skips: Counter[str] = field(default_factory=Counter)
     hints: Counter[str] = field(default_factory=Counter)
     folded: int = 0
+    deduplicated: int = 0
 
 
 def policy_of(config: Config) -> Policy:
@@ -292,7 +293,9 @@ class RoundPlanner:
             now=self.decider.now,
             window=self.config.notify.idempotency_window,
         )
-        return replace(request, recipients=tuple(r for r in request.recipients if r in fresh))
+        kept = tuple(r for r in request.recipients if r in fresh)
+        self.outcome.deduplicated += len(request.recipients) - len(kept)
+        return replace(request, recipients=kept)
 
     def _decide_messages(self) -> None:
         if not self._messages:

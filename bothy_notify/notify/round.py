@@ -185,6 +185,8 @@ class ConsumerRound:
             m.hints.labels(kind).inc(n)
         if outcome.folded:
             m.hints_coalesced.inc(outcome.folded)
+        if outcome.deduplicated:
+            m.hints_deduplicated.inc(outcome.deduplicated)
 
     def _sample_lag(self, conn: Conn) -> None:
         with conn.transaction():
