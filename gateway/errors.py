@@ -1,0 +1,59 @@
+"""Errors of the gateway.
+
+::
+
+    GatewayError
+    ├── ProtocolViolation    the client's input ends the connection; carries the Close
+    └── TransportError       the WebSocket connection itself
+        ├── TransportClosed  the peer closed the connection or it broke ("it broke")
+        └── FrameTooLarge    a client frame exceeded ``sync.max_frame_bytes``
+
+A close the server decides (replacement, revocation, shutdown, a stalled
+write) is not an error: the hub records it on the connection and cancels the
+connection's session, which then closes the transport with that code ("we
+closed it").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.protocol import Close
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises."""
+
+
+class ProtocolViolation(GatewayError):
+    """The client's input ends the connection: it broke the protocol (4003), or its
+    identify was refused (a bad token 4001, a revoked device 4010).
+
+    Args:
+        close: the close code and constant reason the connection ends with.
+    """
+
+    def __init__(self, close: Close) -> None:
+        super().__init__(close.reason)
+        self.close = close
+
+
+class TransportError(GatewayError):
+    """The WebSocket connection failed below the protocol."""
+
+
+class TransportClosed(TransportError):
+    """The peer closed the connection, or it broke; nothing more can be sent.
+
+    Attributes:
+        code: the close code the peer sent, ``None`` when the connection broke.
+    """
+
+    def __init__(self, code: int | None) -> None:
+        super().__init__("the WebSocket connection is closed")
+        self.code = code
+
+
+class FrameTooLarge(TransportError):
+    """A client message exceeded ``sync.max_frame_bytes``; it was never buffered whole."""

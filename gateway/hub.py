@@ -1,0 +1,266 @@
+"""The hub: every connection of this node, indexed by person and by device.
+
+Indices: the principal index (person -> connections) and the device index
+(device -> connections). A device holds one connection: when a newer
+connection of the same device becomes live, the older ones close with 4017
+(and a connection that finds a newer live one of its device closes itself),
+so the device is reachable without a gap while the newer one catches up.
+
+Phases change only here (see :mod:`gateway.protocol` for the table), and every
+change moves ``bothy_gateway_connections{phase}``. Mutations run in the Trio
+thread; they hold a :class:`threading.Lock` only to change a few fields, so
+the presence read (:meth:`Hub.presence`), which copies under the same lock,
+may run in the consumer round's worker thread and never waits on a
+connection.
+
+Each connection has a bounded outbound queue (``sync.outbound_queue_max``,
+see :mod:`gateway.connection`); ephemeral frames that do not fit are dropped
+and counted here (``bothy_gateway_dropped_total{reason="queue_full"}``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+import trio
+
+from bothy_notify.auth import DeviceClaims
+from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.presence import PresenceEntry
+from gateway.connection import Connection
+from gateway.protocol import REPLACED, Close, Phase
+
+DROP_QUEUE_FULL = "queue_full"
+"""``bothy_gateway_dropped_total{reason}``: the connection's outbound queue was full."""
+DROP_NOT_ADMITTED = "not_admitted"
+"""``bothy_gateway_dropped_total{reason}``: admission refused the frame."""
+
+
+@dataclass(frozen=True, slots=True)
+class HubStatistics:
+    """A snapshot of the hub: connections by phase (tests, benchmarks)."""
+
+    connecting: int
+    catching_up: int
+    live: int
+    closing: int
+
+    @property
+    def total(self) -> int:
+        """Connections in any phase."""
+        return self.connecting + self.catching_up + self.live + self.closing
+
+
+class Hub:
+    """Connections of this node: indices, phases, closes, presence.
+
+    Args:
+        metrics: the registry (``bothy_gateway_connections``, ``_closed``, ``_dropped``).
+        outbound_queue_max: ``sync.outbound_queue_max``.
+    """
+
+    def __init__(self, *, metrics: Metrics, outbound_queue_max: int) -> None:
+        self._lock = threading.Lock()
+        self._serials = itertools.count(1)
+        self._queue_max = outbound_queue_max
+        self._all: dict[int, Connection] = {}
+        self._by_user: dict[str, list[Connection]] = {}
+        self._by_device: dict[str, list[Connection]] = {}
+        self._gauges = {p: metrics.gateway_connections.labels(p.value) for p in Phase}
+        self._closed = metrics.gateway_closed
+        self._dropped = {
+            reason: metrics.gateway_dropped.labels(reason)
+            for reason in (DROP_QUEUE_FULL, DROP_NOT_ADMITTED)
+        }
+        self._changed = trio.Event()
+        self.accepting = True
+        """``False`` once :meth:`close_all` ran: new connections close at once."""
+
+    def __repr__(self) -> str:
+        return f"Hub(connections={len(self._all)})"
+
+    # -- life of a connection ---------------------------------------------------------
+
+    def open(self) -> Connection:
+        """Register a new connection in phase ``connecting``."""
+        conn = Connection(next(self._serials), self._queue_max)
+        with self._lock:
+            self._all[conn.serial] = conn
+        self._gauges[Phase.CONNECTING].inc()
+        return conn
+
+    def identify(self, conn: Connection, claims: DeviceClaims) -> None:
+        """Record the connection's principal and index it; phase ``catching_up``.
+
+        It is indexed before the device row is read, so a revocation that
+        commits meanwhile finds it (see :mod:`gateway.revocations`).
+        """
+        with self._lock:
+            if conn.phase is not Phase.CONNECTING:
+                return
+            conn.user_id, conn.device_id = claims.user_id, claims.device_id
+            conn.platform, conn.human = claims.platform, claims.is_human
+            self._by_user.setdefault(conn.user_id, []).append(conn)
+            self._by_device.setdefault(conn.device_id, []).append(conn)
+            self._move(conn, Phase.CATCHING_UP)
+
+    def go_live(self, conn: Connection) -> bool:
+        """Make the connection live (its ``catchup.complete`` is written).
+
+        Older connections of the same device close with 4017. If a newer one
+        is already live, this one is the replaced one and closes instead.
+        Returns whether the connection is live.
+        """
+        with self._lock:
+            if conn.phase is not Phase.CATCHING_UP:
+                return False
+            siblings = list(self._by_device.get(conn.device_id, ()))
+            if any(c.serial > conn.serial and c.phase is Phase.LIVE for c in siblings):
+                self._close_locked(conn, REPLACED)
+                return False
+            self._move(conn, Phase.LIVE)
+            for older in siblings:
+                if older.serial < conn.serial:
+                    self._close_locked(older, REPLACED)
+            return True
+
+    def set_focus(self, conn: Connection, focus: frozenset[str], idle: bool) -> None:
+        """Store the accepted focus (readable threads only) and the idle flag."""
+        with self._lock:
+            conn.focus, conn.idle = focus, idle
+
+    def close(self, conn: Connection, close: Close) -> None:
+        """Decide to close ``conn`` with ``close``: phase ``closing``, out of the
+        indices, its session cancelled (the session sends the close frame).
+        A second close of the same connection changes nothing."""
+        with self._lock:
+            self._close_locked(conn, close)
+
+    def lost(self, conn: Connection) -> None:
+        """The peer closed the connection or it broke: phase ``closing``, out of
+        the indices, its session cancelled (no close frame is sent)."""
+        with self._lock:
+            if conn.phase is not Phase.CLOSING:
+                self._move(conn, Phase.CLOSING)
+            self._unindex(conn)
+        conn.scope.cancel()
+
+    def ended(self, conn: Connection, peer_code: int | None = None) -> None:
+        """The session is over: forget the connection.
+
+        ``peer_code`` is the close code the client sent, if it closed first.
+        """
+        with self._lock:
+            self._unindex(conn)
+            self._all.pop(conn.serial, None)
+            phase = conn.phase
+        self._gauges[phase].dec()
+        if conn.close is None:
+            self._closed.labels("peer" if peer_code is not None else "abnormal").inc()
+        self._wake()
+
+    def _close_locked(self, conn: Connection, close: Close) -> None:
+        if conn.close is not None:
+            return
+        conn.close = close
+        if conn.phase is not Phase.CLOSING:
+            self._move(conn, Phase.CLOSING)
+        self._unindex(conn)
+        self._closed.labels(str(int(close.code))).inc()
+        conn.scope.cancel()
+
+    def _unindex(self, conn: Connection) -> None:
+        for index, key in ((self._by_user, conn.user_id), (self._by_device, conn.device_id)):
+            group = index.get(key)
+            if group is not None and conn in group:
+                group.remove(conn)
+                if not group:
+                    del index[key]
+
+    def _move(self, conn: Connection, phase: Phase) -> None:
+        self._gauges[conn.phase].dec()
+        conn.phase = phase
+        self._gauges[phase].inc()
+
+    # -- reads -------------------------------------------------------------------------
+
+    def presence(self, user_ids: Collection[str]) -> Mapping[str, tuple[PresenceEntry, ...]]:
+        """Presence facts of ``user_ids`` (see :class:`gateway.presence.HubPresence`)."""
+        out: dict[str, tuple[PresenceEntry, ...]] = {}
+        with self._lock:
+            for user_id in user_ids:
+                group = self._by_user.get(user_id)
+                if not group:
+                    continue
+                per_device: dict[str, Connection] = {}
+                for conn in group:
+                    if not conn.human or conn.phase is not Phase.LIVE:
+                        continue
+                    seen = per_device.get(conn.device_id)
+                    if seen is None or conn.serial > seen.serial:
+                        per_device[conn.device_id] = conn
+                if per_device:
+                    out[user_id] = tuple(
+                        PresenceEntry(c.device_id, c.platform, c.focus, c.idle)
+                        for c in per_device.values()
+                    )
+        return out
+
+    def live_connections(self, user_id: str) -> list[Connection]:
+        """The live connections of one person (any principal kind), oldest first."""
+        with self._lock:
+            group = self._by_user.get(user_id)
+            if not group:
+                return []
+            return [c for c in group if c.phase is Phase.LIVE]
+
+    def device_ids(self) -> list[str]:
+        """Devices with an identified connection on this node."""
+        with self._lock:
+            return list(self._by_device)
+
+    def statistics(self) -> HubStatistics:
+        """Connections by phase."""
+        with self._lock:
+            counts = {p: 0 for p in Phase}
+            for conn in self._all.values():
+                counts[conn.phase] += 1
+        return HubStatistics(
+            counts[Phase.CONNECTING],
+            counts[Phase.CATCHING_UP],
+            counts[Phase.LIVE],
+            counts[Phase.CLOSING],
+        )
+
+    def count_dropped(self, reason: str, amount: int = 1) -> None:
+        """Count ephemeral frames not queued: ``queue_full`` or ``not_admitted``."""
+        self._dropped[reason].inc(amount)
+
+    # -- closing many ----------------------------------------------------------------
+
+    def close_device(self, device_id: str, close: Close) -> int:
+        """Close every connection of ``device_id``; returns how many."""
+        with self._lock:
+            group = list(self._by_device.get(device_id, ()))
+            for conn in group:
+                self._close_locked(conn, close)
+        return len(group)
+
+    def close_all(self, close: Close) -> None:
+        """Stop accepting and close every connection (shutdown: 1001)."""
+        with self._lock:
+            self.accepting = False
+            for conn in list(self._all.values()):
+                self._close_locked(conn, close)
+
+    async def wait_empty(self) -> None:
+        """Return once no connection is left. Cancellation: returns nothing early."""
+        while self._all:
+            await self._changed.wait()
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, trio.Event()
+        changed.set()

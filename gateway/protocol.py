@@ -1,0 +1,252 @@
+"""The gateway protocol (SPEC section 8) without any IO: frames, phases, close codes.
+
+Every frame is a JSON object in a text frame. Client ops and server replies
+carry ``op`` and ``d``; server events carry ``type``.
+
+Phases of a connection and the ops each one allows (every rule is here)::
+
+    phase        entered when                        client ops allowed
+    -----------  ----------------------------------  ---------------------------
+    connecting   the WebSocket is open; hello sent    identify
+    catching_up  identify verified                    focus, read, ping (read once live)
+    live         catchup.complete written             focus, read, ping
+    closing      the server decided to close          (none; frames are ignored)
+
+    connecting --identify ok--> catching_up --catchup.complete--> live
+    any phase --close decided--> closing
+
+An op that its phase does not allow closes the connection with 4003: any op
+but ``identify`` before identify, a second ``identify`` after it. Malformed
+frames (not JSON, not an object, a binary frame, an unknown op, bad members)
+close with 4003 too. Close reasons are constants: they never echo input.
+
+:func:`decode_client_frame` turns one received message into a :class:`ClientOp`
+or raises :class:`~gateway.errors.ProtocolViolation`; the ``*_frame``
+functions build the server's replies as JSON text.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bothy_notify.kernel.ids import is_valid_id
+from gateway.errors import ProtocolViolation
+
+MAX_SEQ = 9_007_199_254_740_991
+"""Largest sequence a JavaScript client holds exactly (2**53 - 1), as in the HTTP API."""
+
+
+class Phase(enum.StrEnum):
+    """Where a connection is in its life; the label of ``bothy_gateway_connections``."""
+
+    CONNECTING = "connecting"
+    CATCHING_UP = "catching_up"
+    LIVE = "live"
+    CLOSING = "closing"
+
+
+class CloseCode(enum.IntEnum):
+    """Close codes of SPEC section 8."""
+
+    SHUTDOWN = 1001
+    AUTH = 4001
+    PROTOCOL = 4003
+    HEARTBEAT = 4009
+    REVOKED = 4010
+    WRITE_STALLED = 4014
+    REPLACED = 4017
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """A close the server sends: a code (a :class:`CloseCode`) and a constant reason."""
+
+    code: int
+    reason: str
+
+
+AUTH_FAILED = Close(CloseCode.AUTH, "authentication failed")
+MALFORMED = Close(CloseCode.PROTOCOL, "malformed frame")
+UNKNOWN_OP = Close(CloseCode.PROTOCOL, "unknown op")
+NOT_IDENTIFIED = Close(CloseCode.PROTOCOL, "identify first")
+ALREADY_IDENTIFIED = Close(CloseCode.PROTOCOL, "already identified")
+FRAME_TOO_LARGE = Close(CloseCode.PROTOCOL, "frame too large")
+BAD_FOCUS = Close(CloseCode.PROTOCOL, "invalid focus")
+BAD_READ = Close(CloseCode.PROTOCOL, "invalid read")
+IDENTIFY_TIMEOUT = Close(CloseCode.PROTOCOL, "identify timeout")
+HEARTBEAT_TIMEOUT = Close(CloseCode.HEARTBEAT, "heartbeat timeout")
+REVOKED = Close(CloseCode.REVOKED, "device revoked")
+WRITE_STALLED = Close(CloseCode.WRITE_STALLED, "writes stalled")
+REPLACED = Close(CloseCode.REPLACED, "replaced by a newer connection")
+SHUTDOWN = Close(CloseCode.SHUTDOWN, "server shutting down")
+
+
+# -- client ops -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Identify:
+    """``{"op":"identify","d":{"token":JWT}}``. The repr hides the token."""
+
+    token: str
+
+    def __repr__(self) -> str:
+        return "Identify()"
+
+
+@dataclass(frozen=True, slots=True)
+class Focus:
+    """``{"op":"focus","d":{"thread_ids":[...],"idle":bool}}``: IDs deduplicated, in order."""
+
+    thread_ids: tuple[str, ...]
+    idle: bool
+
+    def __repr__(self) -> str:
+        return f"Focus(threads={len(self.thread_ids)}, idle={self.idle})"
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """``{"op":"read","d":{"thread_id","seq"}}``."""
+
+    thread_id: str
+    seq: int
+
+    def __repr__(self) -> str:
+        return "Read()"
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """``{"op":"ping"}``; answered by ``pong``. Any client frame counts as a heartbeat."""
+
+
+ClientOp = Identify | Focus | Read | Ping
+
+ALLOWED: Mapping[Phase, tuple[type[ClientOp], ...]] = {
+    Phase.CONNECTING: (Identify,),
+    Phase.CATCHING_UP: (Focus, Read, Ping),
+    Phase.LIVE: (Focus, Read, Ping),
+    Phase.CLOSING: (),
+}
+"""Which ops each phase accepts (the table in the module docstring)."""
+
+
+def check_allowed(phase: Phase, op: ClientOp) -> None:
+    """Raise :class:`ProtocolViolation` unless ``op`` is allowed in ``phase``."""
+    if isinstance(op, ALLOWED[phase]):
+        return
+    raise ProtocolViolation(ALREADY_IDENTIFIED if isinstance(op, Identify) else NOT_IDENTIFIED)
+
+
+def decode_client_frame(message: str | bytes, *, max_focused_threads: int) -> ClientOp:
+    """Parse one client message.
+
+    Args:
+        message: the WebSocket message as received (a binary message is malformed).
+        max_focused_threads: ``sync.max_focused_threads``.
+
+    Returns:
+        The op.
+
+    Raises:
+        ProtocolViolation: with the constant 4003 close that names the problem
+            class (malformed frame, unknown op, invalid focus, invalid read).
+    """
+    if not isinstance(message, str):
+        raise ProtocolViolation(MALFORMED)
+    try:
+        frame = json.loads(message)
+    except ValueError:
+        raise ProtocolViolation(MALFORMED) from None
+    if not isinstance(frame, dict) or not set(frame) <= {"op", "d"}:
+        raise ProtocolViolation(MALFORMED)
+    op, d = frame.get("op"), frame.get("d")
+    if not isinstance(op, str):
+        raise ProtocolViolation(MALFORMED)
+    if op == "ping":
+        if d is not None and d != {}:
+            raise ProtocolViolation(MALFORMED)
+        return Ping()
+    if op not in ("identify", "focus", "read"):
+        raise ProtocolViolation(UNKNOWN_OP)
+    if not isinstance(d, dict):
+        raise ProtocolViolation(MALFORMED)
+    if op == "identify":
+        token = d.get("token")
+        if set(d) != {"token"} or not isinstance(token, str):
+            raise ProtocolViolation(MALFORMED)
+        return Identify(token)
+    if op == "focus":
+        return _focus(d, max_focused_threads)
+    return _read(d)
+
+
+def _focus(d: Mapping[str, Any], limit: int) -> Focus:
+    ids, idle = d.get("thread_ids"), d.get("idle", False)
+    if not set(d) <= {"thread_ids", "idle"} or not isinstance(ids, list):
+        raise ProtocolViolation(BAD_FOCUS)
+    if type(idle) is not bool or len(ids) > limit:
+        raise ProtocolViolation(BAD_FOCUS)
+    if not all(is_valid_id(i) for i in ids):
+        raise ProtocolViolation(BAD_FOCUS)
+    return Focus(tuple(dict.fromkeys(ids)), idle)
+
+
+def _read(d: Mapping[str, Any]) -> Read:
+    thread_id, seq = d.get("thread_id"), d.get("seq")
+    if set(d) != {"thread_id", "seq"} or not is_valid_id(thread_id):
+        raise ProtocolViolation(BAD_READ)
+    if type(seq) is not int or not 0 <= seq <= MAX_SEQ:
+        raise ProtocolViolation(BAD_READ)
+    assert isinstance(thread_id, str)
+    return Read(thread_id, seq)
+
+
+# -- server frames ----------------------------------------------------------------
+
+
+def encode(frame: Mapping[str, Any]) -> str:
+    """One frame as compact JSON text."""
+    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+
+
+def hello_frame(heartbeat_ms: int) -> str:
+    """``{"op":"hello","d":{"heartbeat_ms":N}}``: the first frame on every connection."""
+    return encode({"op": "hello", "d": {"heartbeat_ms": heartbeat_ms}})
+
+
+def ready_frame(user_id: str, device_id: str) -> str:
+    """``{"op":"ready","d":{"user_id","device_id"}}``: identify was accepted."""
+    return encode({"op": "ready", "d": {"user_id": user_id, "device_id": device_id}})
+
+
+def unread_frame(threads: Iterable[tuple[str, int]]) -> str:
+    """``{"op":"unread","d":{"threads":[{"thread_id","unread"}]}}``."""
+    return encode(
+        {"op": "unread", "d": {"threads": [{"thread_id": t, "unread": n} for t, n in threads]}}
+    )
+
+
+def catchup_complete_frame() -> str:
+    """``{"op":"catchup.complete"}``: the connection is live from here on."""
+    return encode({"op": "catchup.complete"})
+
+
+def focus_ack_frame(kept: Sequence[str]) -> str:
+    """``{"op":"focus.ack","d":{"thread_ids":[kept]}}``: the readable threads kept."""
+    return encode({"op": "focus.ack", "d": {"thread_ids": list(kept)}})
+
+
+def read_ack_frame(thread_id: str, last_read_seq: int) -> str:
+    """``{"op":"read.ack","d":{"thread_id","last_read_seq"}}``: the stored read position."""
+    return encode({"op": "read.ack", "d": {"thread_id": thread_id, "last_read_seq": last_read_seq}})
+
+
+def pong_frame() -> str:
+    """``{"op":"pong"}``: the answer to ``ping``."""
+    return encode({"op": "pong"})

@@ -1,0 +1,96 @@
+"""Closing the connections of revoked devices (close code 4010).
+
+The projection of ``device.upserted`` with state ``revoked`` runs
+``pg_notify('bothy_device_revoked', device_id)`` inside the consumer round's
+transaction, so the notification arrives after the commit. Every gateway
+listens on a dedicated connection and closes that device's connections.
+
+A notification sent while the listener was not connected is never delivered,
+so after every (re)connection the listener also asks the database which of the
+devices connected here are revoked. A connection is indexed by device before
+its device row is read at identify, so a revocation committed in between is
+seen by one side or the other.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import psycopg
+import trio
+
+from bothy_notify.store.db import Conn, StoreError, connect_dedicated
+from gateway import queries
+from gateway.hub import Hub
+from gateway.protocol import REVOKED
+
+log = logging.getLogger("bothy.gateway.revocations")
+
+T = TypeVar("T")
+
+REVOKED_CHANNEL = "bothy_device_revoked"
+"""The ``NOTIFY`` channel of ``bothy_notify.store.projections.revoke_device``."""
+
+WAIT_SLICE = 0.25
+"""Longest single wait in the worker thread, so cancellation is seen within this time."""
+
+
+class RevocationListener:
+    """Listens for revoked devices and closes their connections.
+
+    Args:
+        database_url: for the dedicated ``LISTEN`` connection (never logged).
+        hub: the connections to close.
+        retry_interval: wait before reconnecting after a lost connection
+            (``notify.poll_interval``).
+    """
+
+    def __init__(self, *, database_url: str, hub: Hub, retry_interval: timedelta) -> None:
+        self._url = database_url
+        self._hub = hub
+        self._retry = retry_interval.total_seconds()
+        self._limiter = trio.CapacityLimiter(1)
+
+    def __repr__(self) -> str:
+        return "RevocationListener()"
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled, reconnecting after a lost connection.
+
+        ``task_status.started()`` is called once ``LISTEN`` is in effect.
+        Cancellation: the current wait (at most :data:`WAIT_SLICE`) ends first,
+        then the connection closes.
+        """
+        started = False
+        while True:
+            conn: Conn | None = None
+            try:
+                conn = await self._thread(connect_dedicated, self._url)
+                await self._thread(conn.execute, f"LISTEN {REVOKED_CHANNEL}")
+                if not started:
+                    started = True
+                    task_status.started()
+                connected = self._hub.device_ids()
+                for device_id in await self._thread(queries.revoked_among, conn, connected):
+                    self._hub.close_device(device_id, REVOKED)
+                while True:
+                    for device_id in await self._thread(_wait_revoked, conn):
+                        self._hub.close_device(device_id, REVOKED)
+            except (psycopg.OperationalError, psycopg.InterfaceError, StoreError):
+                log.warning("revocation listener lost its database connection; reconnecting")
+                await trio.sleep(self._retry)
+            finally:
+                if conn is not None:
+                    with trio.CancelScope(shield=True):
+                        await self._thread(conn.close)
+
+    async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+
+def _wait_revoked(conn: Conn) -> list[str]:
+    """Device IDs of the notifications that arrive within :data:`WAIT_SLICE`."""
+    return [n.payload for n in conn.notifies(timeout=WAIT_SLICE, stop_after=1)]

@@ -1,0 +1,255 @@
+"""One connection's conversation: hello, identify, catch-up, then ops until it ends.
+
+:func:`serve_session` runs in the task the listener gave the connection. It
+runs the connection's writer, while frames are queued, in the connection's
+nursery (:class:`QueueWriter`); each write is bounded by ``sync.write_timeout`` (a
+stalled write closes with 4014). Every way out goes through the hub:
+
+- the client breaks the protocol: :class:`~gateway.errors.ProtocolViolation`
+  -> ``hub.close(conn, its close)``;
+- the server decides (replacement 4017, revocation 4010, shutdown 1001, a
+  stalled write 4014): ``hub.close`` cancels the session's scope;
+- the peer closes or the connection breaks: ``hub.lost``.
+
+Then the session sends the decided close frame, bounded by
+``sync.write_timeout`` in a shielded scope (a close frame is a write), and the
+hub forgets the connection.
+
+Timers are deadlines on the session's cancel scope: the client has
+``sync.identify_timeout`` after hello to identify (else 4003), and once
+identified must send some frame (``ping`` is the heartbeat) within
+:data:`HEARTBEAT_GRACE` times ``sync.heartbeat`` (else 4009).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+from prometheus_client import Histogram
+
+from bothy_notify.auth import AuthError, TokenVerifier
+from bothy_notify.store import projections
+from bothy_notify.store.db import Database
+from gateway import queries
+from gateway.connection import Connection
+from gateway.errors import FrameTooLarge, ProtocolViolation, TransportClosed
+from gateway.hub import Hub
+from gateway.protocol import (
+    AUTH_FAILED,
+    FRAME_TOO_LARGE,
+    HEARTBEAT_TIMEOUT,
+    IDENTIFY_TIMEOUT,
+    REVOKED,
+    SHUTDOWN,
+    WRITE_STALLED,
+    ClientOp,
+    Close,
+    Focus,
+    Identify,
+    Phase,
+    Ping,
+    Read,
+    catchup_complete_frame,
+    check_allowed,
+    decode_client_frame,
+    focus_ack_frame,
+    hello_frame,
+    pong_frame,
+    read_ack_frame,
+    ready_frame,
+    unread_frame,
+)
+from gateway.transport import Transport
+
+HEARTBEAT_GRACE = 1.5
+"""A client may be this many heartbeat intervals late before 4009 (one lost beat is fine)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """The ``sync.*`` settings a session needs, in the units it uses.
+
+    Attributes:
+        heartbeat_ms: ``sync.heartbeat``, told to the client in hello.
+        identify_timeout: ``sync.identify_timeout`` in seconds.
+        write_timeout: ``sync.write_timeout`` in seconds.
+        max_focused_threads: ``sync.max_focused_threads``.
+    """
+
+    heartbeat_ms: int
+    identify_timeout: float
+    write_timeout: float
+    max_focused_threads: int
+
+    @property
+    def heartbeat_timeout(self) -> float:
+        """Seconds without a client frame before 4009."""
+        return self.heartbeat_ms / 1000 * HEARTBEAT_GRACE
+
+
+class QueueWriter:
+    """Writes a connection's queued frames, each within ``sync.write_timeout``.
+
+    A write that does not finish in time closes the connection with 4014 (the
+    unsent part of the frame is kept by the transport, so the close frame
+    still follows a whole frame). Writing an ephemeral event's frame observes
+    ``bothy_delivery_seconds{route="gateway"}`` from the event's append.
+
+    Args:
+        hub: told when a write stalls or the connection is gone.
+        write_timeout: ``sync.write_timeout`` in seconds.
+        delivery: the ``route="gateway"`` child of ``bothy_delivery_seconds``.
+    """
+
+    __slots__ = ("_delivery", "_hub", "_timeout")
+
+    def __init__(self, *, hub: Hub, write_timeout: float, delivery: Histogram) -> None:
+        self._hub = hub
+        self._timeout = write_timeout
+        self._delivery = delivery
+
+    def __repr__(self) -> str:
+        return f"QueueWriter(write_timeout={self._timeout})"
+
+    async def drain(self, conn: Connection) -> None:
+        """Write until the queue is empty. Cancellation: the frame being written
+        is finished by the transport before anything else it sends."""
+        transport = conn.transport
+        assert transport is not None
+        while (frame := conn.take()) is not None:
+            text, appended_at = frame
+            with trio.move_on_after(self._timeout) as scope:
+                try:
+                    await transport.send(text)
+                except TransportClosed:
+                    self._hub.lost(conn)
+                    return
+            if scope.cancelled_caught:
+                self._hub.close(conn, WRITE_STALLED)
+                return
+            if appended_at is not None:
+                self._delivery.observe(max(0.0, time.time() - appended_at))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionContext:
+    """What every session of one gateway shares."""
+
+    hub: Hub
+    db: Database
+    verifier: TokenVerifier
+    settings: SessionSettings
+    writer: QueueWriter
+
+
+async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: SessionContext) -> None:
+    """Run one connection from hello to its close.
+
+    Args:
+        transport: the connection.
+        nursery: the connection's nursery (its writer runs there).
+        ctx: what the gateway's sessions share.
+
+    Cancellation from outside (the listener stops) ends the session without a
+    close frame; the transport is closed by the listener.
+    """
+    hub = ctx.hub
+    conn = hub.open()
+    conn.attach(transport, nursery, ctx.writer)
+    transport.on_oversized(conn.scope.cancel)
+    peer_code: int | None = None
+    try:
+        if not hub.accepting:
+            hub.close(conn, SHUTDOWN)
+        with conn.scope:
+            try:
+                await _converse(transport, conn, ctx)
+            except ProtocolViolation as exc:
+                hub.close(conn, exc.close)
+            except FrameTooLarge:
+                hub.close(conn, FRAME_TOO_LARGE)
+            except TransportClosed as exc:
+                peer_code = exc.code
+                hub.lost(conn)
+        if conn.close is None and conn.phase is not Phase.CLOSING:
+            hub.close(conn, _expired(conn, transport))
+        close = conn.close
+        if close is not None:
+            with trio.CancelScope(shield=True), trio.move_on_after(ctx.settings.write_timeout):
+                await transport.close(close.code, close.reason)
+    finally:
+        hub.ended(conn, peer_code)
+
+
+def _expired(conn: Connection, transport: Transport) -> Close:
+    """Why the session's scope ended by itself: a frame too large, or a deadline."""
+    if transport.oversized:
+        return FRAME_TOO_LARGE
+    return IDENTIFY_TIMEOUT if conn.phase is Phase.CONNECTING else HEARTBEAT_TIMEOUT
+
+
+async def _converse(transport: Transport, conn: Connection, ctx: SessionContext) -> None:
+    """The protocol. Waits for client frames under a deadline on ``conn.scope``
+    (one scope per connection keeps an idle connection small): identify within
+    ``sync.identify_timeout``, then a frame within the heartbeat timeout."""
+    settings = ctx.settings
+    await conn.put(hello_frame(settings.heartbeat_ms))
+    conn.scope.deadline = trio.current_time() + settings.identify_timeout
+    message = await transport.receive()
+    conn.scope.deadline = math.inf
+    op = _decode(message, conn, ctx)
+    assert isinstance(op, Identify)  # check_allowed admits nothing else before identify
+    await _identify(op, conn, ctx)
+    while True:
+        conn.scope.deadline = trio.current_time() + settings.heartbeat_timeout
+        message = await transport.receive()
+        conn.scope.deadline = math.inf
+        op = _decode(message, conn, ctx)
+        if isinstance(op, Focus):
+            await _focus(op, conn, ctx)
+        elif isinstance(op, Read):
+            await _read(op, conn, ctx)
+        elif isinstance(op, Ping):
+            await conn.put(pong_frame())
+
+
+def _decode(message: str | bytes, conn: Connection, ctx: SessionContext) -> ClientOp:
+    op = decode_client_frame(message, max_focused_threads=ctx.settings.max_focused_threads)
+    check_allowed(conn.phase, op)
+    return op
+
+
+async def _identify(op: Identify, conn: Connection, ctx: SessionContext) -> None:
+    try:
+        claims = ctx.verifier.device(op.token)
+    except AuthError:
+        raise ProtocolViolation(AUTH_FAILED) from None
+    ctx.hub.identify(conn, claims)
+    state, unread = await ctx.db.run(partial(queries.identify, claims=claims))
+    if state == "revoked":
+        raise ProtocolViolation(REVOKED)
+    await conn.put(ready_frame(claims.user_id, claims.device_id))
+    await conn.put(unread_frame(unread))
+    await conn.put(catchup_complete_frame())
+    await conn.wait_written()  # live means the client can have catchup.complete
+    ctx.hub.go_live(conn)
+
+
+async def _focus(op: Focus, conn: Connection, ctx: SessionContext) -> None:
+    kept: list[str] = []
+    if op.thread_ids:
+        kept = await ctx.db.run(
+            partial(queries.readable_threads, user_id=conn.user_id, thread_ids=op.thread_ids)
+        )
+    ctx.hub.set_focus(conn, frozenset(kept), op.idle)
+    await conn.put(focus_ack_frame(kept))
+
+
+async def _read(op: Read, conn: Connection, ctx: SessionContext) -> None:
+    position = {"user_id": conn.user_id, "thread_id": op.thread_id, "seq": op.seq}
+    stored = await ctx.db.run(partial(projections.mark_read, p=position))
+    await conn.put(read_ack_frame(op.thread_id, stored))
