@@ -1,4 +1,4 @@
-"""Bulk reads of the projection that decisions need.
+"""Bulk reads of the projection that decisions need (notify's adapter to the store).
 
 Each function takes a set of keys and answers with one query, so a round
 decides a whole batch of events with a handful of statements however many
@@ -206,26 +206,3 @@ def save_windows(conn: Conn, changed: Iterable[tuple[str, str, Window]]) -> None
                 " newest_message_id = EXCLUDED.newest_message_id, mention = EXCLUDED.mention",
                 rows,
             )
-
-
-def has_access(conn: Conn, user_id: str, thread_id: str) -> bool:
-    """Whether ``user_id`` may read ``thread_id`` now (a membership of the thread,
-    its channel or its space)."""
-    row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM bothy.threads t JOIN bothy.members m"
-        " ON m.scope_id IN (t.thread_id, t.channel_id, t.space_id)"
-        " WHERE t.thread_id = %s AND m.user_id = %s)",
-        (thread_id, user_id),
-    ).fetchone()
-    return bool(row and row[0])
-
-
-def read_position(conn: Conn, user_id: str, thread_id: str) -> int:
-    """``max(last_read_seq, unread_floor_seq)``; 0 when nothing is stored."""
-    row = conn.execute(
-        "SELECT greatest(coalesce((SELECT last_read_seq FROM bothy.read_states"
-        " WHERE user_id = %s AND thread_id = %s), 0),"
-        " coalesce((SELECT unread_floor_seq FROM bothy.threads WHERE thread_id = %s), 0))",
-        (user_id, thread_id, thread_id),
-    ).fetchone()
-    return int(row[0]) if row else 0

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from bothy_notify.config import BUILTIN_CATEGORIES, Config, Level
 from bothy_notify.kernel.clock import to_unix_micros
 from bothy_notify.kernel.presence import PresenceEntry, PresenceView
+from bothy_notify.notify import facts
 from bothy_notify.notify.domain import (
     Decision,
     Delivery,
@@ -42,7 +43,7 @@ from bothy_notify.notify.hints import (
 )
 from bothy_notify.notify.jobs.args import FLUSH, FlushArgs
 from bothy_notify.notify.routes import LiveRoutes, jobs_for
-from bothy_notify.store import facts, idempotency
+from bothy_notify.store import idempotency
 from bothy_notify.store.db import Conn
 from bothy_notify.store.events import Event
 from bothy_notify.store.jobs import JobSpec, JobWriter

@@ -17,12 +17,13 @@ from bothy_notify.kernel.clock import Clock, from_unix_micros
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceView
+from bothy_notify.notify import facts
 from bothy_notify.notify.domain import Window, flush_hint
 from bothy_notify.notify.jobs.args import FLUSH, FlushArgs
 from bothy_notify.notify.planner import Decider, RoundOutcome
 from bothy_notify.notify.routes import LiveRoutes
 from bothy_notify.runner import Done, Report
-from bothy_notify.store import facts
+from bothy_notify.store import access
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job, JobWriter
 
@@ -75,7 +76,7 @@ class FlushHandler:
             return outcome, "replaced"
         window = Window(*row)
         info = facts.threads(conn, [args.thread_id]).get(args.thread_id)
-        position = facts.read_position(conn, args.user_id, args.thread_id)
+        position = access.read_position(conn, args.user_id, args.thread_id)
         hint = flush_hint(
             window,
             nid=new_id(),

@@ -19,11 +19,11 @@ from bothy_notify.kernel.clock import Clock, from_unix_micros
 from bothy_notify.kernel.ephemeral import EphemeralEvent, EphemeralPublisher
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.notify import facts
 from bothy_notify.notify.domain import SkipReason
 from bothy_notify.notify.jobs.args import GATEWAY_SEND, GatewaySendArgs
 from bothy_notify.notify.jobs.push_send import access_now, hint_age_exceeded
 from bothy_notify.runner import Done, Report
-from bothy_notify.store import facts
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job
 
