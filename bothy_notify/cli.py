@@ -87,9 +87,21 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.command == "check-config":
+        from bothy_notify.push.factory import check_providers
+
+        try:
+            skipped = check_providers(config.push)
+        except ConfigError as exc:
+            print(f"bothy-notify: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         print(
             f"configuration OK ({path or 'built-in defaults'}); role {config.server.role}", file=out
         )
+        if skipped:
+            print(
+                "not checked here (read from the secret store at run): " + ", ".join(skipped),
+                file=out,
+            )
         return EXIT_OK
     setup_logging(config.log)
     from bothy_notify import commands
@@ -141,8 +153,21 @@ def _run(config: Config, role: str | None) -> int:
                     daemon.request_shutdown()
                     break
 
-    trio.run(main_task)
+    try:
+        trio.run(main_task)
+    except BaseExceptionGroup as group:
+        # A startup error (a provider's credentials, a missing secret) surfaces from the
+        # nursery wrapped in a group; report it like any other configuration error.
+        config_errors, rest = group.split(ConfigError)
+        if config_errors is None or rest is not None:
+            raise
+        raise _first_leaf(config_errors) from None
     return EXIT_OK
+
+
+def _first_leaf(group: BaseExceptionGroup[ConfigError]) -> ConfigError:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def _gateway_factory() -> GatewayFactory | None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TextIO
 
+import psycopg
 import trio
 
 from bothy_notify.auth import mint_token
@@ -23,7 +24,7 @@ from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
 from bothy_notify.push.registry import Providers
 from bothy_notify.store import registrations as regs
 from bothy_notify.store import secrets as secret_store
-from bothy_notify.store.db import connect_dedicated
+from bothy_notify.store.db import Conn, connect_dedicated
 from bothy_notify.store.embedded import EmbeddedPostgres
 from bothy_notify.store.migrate import migrate
 
@@ -91,13 +92,17 @@ def dev_token_command(config: Config, args: argparse.Namespace, out: TextIO) -> 
 
 
 def secret_set_command(config: Config, name: str, stdin: TextIO, out: TextIO) -> int:
+    """``bothy-notify secret set NAME``: store the value read from ``stdin`` as ``NAME``.
+
+    There is deliberately no way to pass the value as an argument (argv ends up
+    in shell history and process lists). Prints only the length and the last
+    four characters (none for values shorter than 8). Setting a name again
+    retires the previous value (kept in the table, so a mistyped paste can be
+    undone by an operator).
+    """
     if not secret_store.NAME_PATTERN.fullmatch(name):
         raise CommandError("a secret name is 1 to 128 characters of A-Z a-z 0-9 . _ -")
-    if stdin.isatty():
-        print("paste the value, then press Ctrl-D:", file=out, flush=True)
-    value = stdin.read()
-    if value.endswith("\n") and not value.rstrip("\n").count("\n"):
-        value = value.rstrip("\n")  # a single-line paste keeps no newline; PEM/JSON stay intact
+    value = _read_secret(stdin, out)
     if not value.strip():
         raise CommandError("no value on standard input; nothing stored")
     if len(value.encode()) > secret_store.MAX_VALUE_BYTES:
@@ -106,34 +111,113 @@ def secret_set_command(config: Config, name: str, stdin: TextIO, out: TextIO) ->
         conn = connect_dedicated(url, autocommit=False)
         try:
             migrate(conn)
-            with conn.transaction():
-                stored = secret_store.put(conn, name, value)
+            try:
+                with conn.transaction():
+                    stored = secret_store.put(conn, name, value)
+            except psycopg.errors.UniqueViolation:
+                raise CommandError(
+                    "another `secret set` for this name ran at the same time; nothing stored,"
+                    " try again"
+                ) from None
         finally:
             conn.close()
-    tail = f", ending in ...{stored.last_four}" if stored.last_four else ""
+    shown = stored.last_four.encode("unicode_escape").decode()
+    tail = f", ending in ...{shown}" if stored.last_four else ""
     again = " (the previous value was retired)" if stored.retired_previous else ""
     print(f"stored secret {name}: {stored.length} characters{tail}{again}", file=out)
     return 0
 
 
+def _read_secret(stdin: TextIO, out: TextIO) -> str:
+    """Read the whole of ``stdin``; on a terminal, without echoing what is typed."""
+    if stdin.isatty():
+        print("paste the value, then press Ctrl-D on an empty line:", file=out, flush=True)
+        try:
+            import termios
+
+            fd = stdin.fileno()
+            saved = termios.tcgetattr(fd)
+        except (ImportError, OSError, ValueError):
+            value = stdin.read()
+        else:
+            quiet = list(saved)
+            quiet[3] &= ~termios.ECHO
+            termios.tcsetattr(fd, termios.TCSADRAIN, quiet)
+            try:
+                value = stdin.read()
+            finally:
+                termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+    else:
+        value = stdin.read()
+    value = value.replace("\r\n", "\n")
+    if value.endswith("\n") and "\n" not in value.rstrip("\n"):
+        value = value.rstrip("\n")  # a single-line paste keeps no newline; PEM/JSON stay intact
+    return value
+
+
 _OUTCOME_TEXT = {
-    OutcomeKind.DELIVERED: "delivered",
-    OutcomeKind.DEAD: "dead: the provider says this token is gone; the registration is retired",
-    OutcomeKind.MISMATCH: (
-        "mismatch: the token belongs to another app or environment; check the shipped"
-        " build's environment (sandbox/production) and bundle id, not the device"
+    OutcomeKind.DEAD: (
+        "the provider says this token is gone (app uninstalled or URL gone);"
+        " the registration is retired"
     ),
-    OutcomeKind.REJECTED: "rejected by the provider",
-    OutcomeKind.TRANSIENT: "transient: the provider could not take it now; try again later",
+    OutcomeKind.MISMATCH: "the token belongs to another app or environment",
+    OutcomeKind.REJECTED: "the provider refused this message; the registration is kept",
+    OutcomeKind.TRANSIENT: "the provider could not take it now; the daemon would retry it later",
+}
+
+_MISMATCH_HINT = {
+    "apns": (
+        "check that the shipped build's aps-environment matches the registration's environment"
+        " and that its bundle id is push.apns.bundle_id (the device is fine)"
+    ),
+    "fcm": (
+        "check that the shipped build's google-services.json / GoogleService-Info.plist is"
+        " for the service account's Firebase project (the device is fine)"
+    ),
+}
+
+_REASON_HINT = {
+    "private_address": "the webhook host resolves to a private or local address",
+    "http_404": "the receiver answered 404; check the webhook URL",
+    "http_410": "the receiver answered 410; check the webhook URL",
+    "token_unavailable": "the provider's token endpoint could not be reached",
+    "token_refused": "the token endpoint refused the credentials; check the service account",
+    "UNAUTHENTICATED": "FCM refused the access token; check the service account",
+    "InvalidProviderToken": "check push.apns.key, key_id and team_id",
+    "ExpiredProviderToken": "check push.apns.key_id, team_id and this host's clock",
 }
 
 
+def describe_outcome(provider: str, outcome: Outcome) -> str:
+    """One line saying what a test send's outcome means and what to check."""
+    if outcome.kind is OutcomeKind.DELIVERED:
+        return "delivered"
+    label = outcome.kind.value + (f" ({outcome.reason})" if outcome.reason else "")
+    text = f"{label}: {_OUTCOME_TEXT[outcome.kind]}"
+    if outcome.kind is OutcomeKind.MISMATCH:
+        return f"{text}; " + _MISMATCH_HINT.get(provider, "check the app build's push settings")
+    hint = _REASON_HINT.get(outcome.reason)
+    return f"{text}; {hint}" if hint else text
+
+
 def push_test_command(config: Config, user_id: str, out: TextIO) -> int:
+    """``bothy-notify push test --user ID``: send a test hint to every active registration
+    of that person and print, per registration, what really happened.
+
+    Refuses when no provider is configured, and says "no device registered"
+    instead of reporting success for zero sends. The token lifecycle applies as
+    for a real send: delivered refreshes, dead retires, mismatch and rejected
+    record the error (transient results change nothing). Exit status 0 only
+    when every send was delivered.
+    """
     from bothy_notify.config import resolve_store_secrets, store_secret_names
 
-    if not any(
-        getattr(config.push, name) is not None for name in ("apns", "fcm", "webhook", "fake")
-    ):
+    configured = [
+        name
+        for name in ("apns", "fcm", "webhook", "fake")
+        if getattr(config.push, name) is not None
+    ]
+    if not configured:
         raise CommandError(
             "no push provider is configured ([push.apns], [push.fcm],"
             " [push.webhook] or [push.fake]); nothing to test"
@@ -145,60 +229,94 @@ def push_test_command(config: Config, user_id: str, out: TextIO) -> int:
             with conn.transaction():
                 if store_secret_names(config):
                     config = resolve_store_secrets(config, lambda n: secret_store.get(conn, n))
-                found = regs.active_for(conn, user_id)
+                every = regs.list_for(conn, user_id)
+                found = [r for r in every if r.invalidated_at is None]
                 loaded = regs.load(conn, [r.id for r in found])
                 platforms = {reg_id: platform for reg_id, (_r, platform) in loaded.items()}
             if not found:
-                print("no device registered for this person: nothing was sent", file=out)
+                retired = len(every)
+                extra = f" ({retired} retired registration(s) kept as evidence)" if retired else ""
+                print(f"no device registered for this person{extra}: nothing was sent", file=out)
                 return 1
             providers = Providers(
                 build_providers(config.push, dev=False), max_in_flight=config.push.max_in_flight
             )
-            results = trio.run(_send_tests, providers, found, platforms)
+            print(
+                f"sending a test hint to {len(found)} registration(s)"
+                f" (providers: {', '.join(configured)}) ...",
+                file=out,
+                flush=True,
+            )
+            results = trio.run(_send_tests, providers, found, platforms, config.push.max_attempts)
             now = SystemClock().now()
-            failures = 0
+            delivered = 0
             with conn.transaction():
                 for registration, outcome in results:
-                    detail = _OUTCOME_TEXT[outcome.kind]
-                    if outcome.kind is OutcomeKind.REJECTED and outcome.reason:
-                        detail += f" ({outcome.reason})"
                     env = f", {registration.environment}" if registration.environment else ""
+                    if registration.provider not in providers.names:
+                        detail = (
+                            f"not sent: provider {registration.provider} is not configured"
+                            " on this node"
+                        )
+                    else:
+                        detail = describe_outcome(registration.provider, outcome)
+                        _record(conn, registration.id, outcome, now)
+                    delivered += outcome.kind is OutcomeKind.DELIVERED
                     print(
                         f"registration {registration.id} ({registration.provider}{env}): {detail}",
                         file=out,
                     )
-                    if outcome.kind is OutcomeKind.DELIVERED:
-                        regs.mark_delivered(conn, registration.id, now)
-                    else:
-                        failures += 1
-                        if outcome.kind is OutcomeKind.DEAD:
-                            regs.mark_dead(conn, registration.id, outcome.reason or "dead", now)
-                        elif outcome.kind is not OutcomeKind.TRANSIENT:
-                            regs.mark_error(conn, registration.id, outcome.reason or "error", now)
         finally:
             conn.close()
-    print(f"{len(results) - failures} of {len(results)} delivered", file=out)
-    return 0 if failures == 0 else 1
+    print(f"{delivered} of {len(results)} delivered", file=out)
+    return 0 if delivered == len(results) else 1
+
+
+def _record(conn: Conn, registration_id: str, outcome: Outcome, now: datetime) -> None:
+    if outcome.kind is OutcomeKind.DELIVERED:
+        regs.mark_delivered(conn, registration_id, now)
+    elif outcome.kind is OutcomeKind.DEAD:
+        regs.mark_dead(conn, registration_id, outcome.reason or "dead", now)
+    elif outcome.kind is not OutcomeKind.TRANSIENT:
+        regs.mark_error(conn, registration_id, outcome.reason or outcome.kind.value, now)
 
 
 async def _send_tests(
-    providers: Providers, found: list[regs.Registration], platforms: dict[str, str]
+    providers: Providers,
+    found: list[regs.Registration],
+    platforms: dict[str, str],
+    max_attempts: int,
 ) -> list[tuple[regs.Registration, Outcome]]:
-    results: list[tuple[regs.Registration, Outcome]] = []
+    outcomes: list[Outcome | None] = [None] * len(found)
     message = PushMessage(nid=new_id(), kind="test", count=1, quiet=True)
+
+    async def one(index: int, registration: regs.Registration) -> None:
+        target = Target(
+            registration_id=registration.id,
+            user_id=registration.user_id,
+            provider=registration.provider,
+            token=registration.token,
+            platform=platforms.get(registration.id, "web"),
+            environment=registration.environment,
+            app_id=registration.app_id,
+            signing_key=registration.signing_key,
+            # One attempt of a send that could retry: a single 404 is not "every attempt".
+            attempt=1,
+            max_attempts=max_attempts,
+            last_error=registration.last_error,
+            failure_count=registration.failure_count,
+        )
+        outcomes[index] = await providers.send(target, message)
+
     try:
-        for registration in found:
-            target = Target(
-                registration_id=registration.id,
-                user_id=registration.user_id,
-                provider=registration.provider,
-                token=registration.token,
-                platform=platforms.get(registration.id, "web"),
-                environment=registration.environment,
-                app_id=registration.app_id,
-                signing_key=registration.signing_key,
-            )
-            results.append((registration, await providers.send(target, message)))
+        async with trio.open_nursery() as nursery:
+            for index, registration in enumerate(found):
+                nursery.start_soon(one, index, registration)
     finally:
-        await providers.aclose()
-    return results
+        with trio.CancelScope(shield=True):
+            await providers.aclose()
+    return [
+        (registration, outcome)
+        for registration, outcome in zip(found, outcomes, strict=True)
+        if outcome is not None
+    ]

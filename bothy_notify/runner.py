@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import psycopg
 import trio
@@ -47,11 +47,25 @@ Effect = Callable[[Conn, datetime], None]
 
 
 @dataclass(frozen=True, slots=True)
+class BatchedEffect:
+    """An effect applied together with every other of the same ``apply`` in the batch.
+
+    ``apply(conn, items, now)`` runs once per recorded batch with the ``item`` of
+    each such result (for example one ``UPDATE ... WHERE id = ANY(...)`` for all
+    delivered registrations instead of one statement per job). Batched effects
+    run after the plain ones of the same batch.
+    """
+
+    apply: Callable[[Conn, list[Any], datetime], None]
+    item: Any
+
+
+@dataclass(frozen=True, slots=True)
 class Done:
     """The job is finished; ``result`` labels the metric (``delivered``, ``skipped``...)."""
 
     result: str = "done"
-    effect: Effect | None = None
+    effect: Effect | BatchedEffect | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +74,7 @@ class Retry:
 
     after: timedelta
     error: str
-    effect: Effect | None = None
+    effect: Effect | BatchedEffect | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +82,7 @@ class Fail:
     """Give the job up."""
 
     error: str
-    effect: Effect | None = None
+    effect: Effect | BatchedEffect | None = None
 
 
 JobResult = Done | Retry | Fail
@@ -106,7 +120,10 @@ def backoff(attempt: int, rng: random.Random | None = None) -> timedelta:
 
 
 def retry_or_fail(
-    job: Job, error: str, minimum: timedelta | None = None, effect: Effect | None = None
+    job: Job,
+    error: str,
+    minimum: timedelta | None = None,
+    effect: Effect | BatchedEffect | None = None,
 ) -> JobResult:
     """:class:`Retry` after ``max(minimum, backoff)`` while attempts remain, else :class:`Fail`."""
     if job.attempt >= job.max_attempts:
@@ -119,6 +136,10 @@ def retry_or_fail(
 
 _COMPLETE_BATCH = 500
 """Most results recorded in one transaction."""
+_RECORD_LINGER = 0.05
+"""Seconds the recorder waits for more results when several are already queued; a
+lone result is recorded at once. Fewer, larger transactions keep the worker threads
+from contending with the event loop at high rates (bench/push.py)."""
 
 
 class JobRunner:
@@ -305,6 +326,12 @@ class JobRunner:
                     batch.append(recv.receive_nowait())
                 except trio.WouldBlock:
                     break
+            if 1 < len(batch) < _COMPLETE_BATCH:
+                # Busy: results queue up faster than they are recorded. Gather more so
+                # one transaction (and one worker-thread hop) records many of them.
+                with trio.move_on_after(_RECORD_LINGER):
+                    while len(batch) < _COMPLETE_BATCH:
+                        batch.append(await recv.receive())
             await self._record(batch)
 
     async def _record(self, batch: list[tuple[Job, JobResult]]) -> None:
@@ -379,8 +406,11 @@ def _apply_results(conn: Conn, *, batch: list[tuple[Job, JobResult]], now: datet
     done: list[int] = []
     failed: list[tuple[int, str]] = []
     retries: list[tuple[int, datetime, str]] = []
+    batched: dict[Callable[[Conn, list[Any], datetime], None], list[Any]] = {}
     for job, result in batch:
-        if result.effect is not None:
+        if isinstance(result.effect, BatchedEffect):
+            batched.setdefault(result.effect.apply, []).append(result.effect.item)
+        elif result.effect is not None:
             result.effect(conn, now)
         if isinstance(result, Done):
             done.append(job.id)
@@ -388,6 +418,8 @@ def _apply_results(conn: Conn, *, batch: list[tuple[Job, JobResult]], now: datet
             retries.append((job.id, now + result.after, result.error))
         else:
             failed.append((job.id, result.error))
+    for apply, items in batched.items():
+        apply(conn, items, now)
     queue.complete(conn, done, now)
     queue.fail(conn, failed, now)
     queue.retry(conn, retries)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class OutcomeKind(enum.StrEnum):
@@ -104,7 +104,12 @@ class PushMessage:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where a push goes: one registration. The repr shows no token, key or ID."""
+    """Where a push goes: one registration. The repr shows no token, key or ID.
+
+    ``attempt`` and ``max_attempts`` are the send job's; ``last_error`` and
+    ``failure_count`` are the registration's as loaded before this attempt (the
+    webhook provider reads them to tell "every attempt answered 404" apart).
+    """
 
     registration_id: str
     user_id: str
@@ -114,6 +119,10 @@ class Target:
     environment: str | None = None
     app_id: str | None = None
     signing_key: str | None = None
+    attempt: int = 1
+    max_attempts: int = 1
+    last_error: str | None = None
+    failure_count: int = 0
 
     def __repr__(self) -> str:
         return f"Target(provider={self.provider!r}, platform={self.platform!r})"
@@ -135,4 +144,13 @@ class PushProvider(Protocol):
 
     async def aclose(self) -> None:
         """Close connections."""
+        ...
+
+
+@runtime_checkable
+class RegistrationChecker(Protocol):
+    """A provider that vets a token at registration (the webhook's URL policy)."""
+
+    async def check_registration(self, token: str) -> tuple[str, str] | None:
+        """The bad field and a constant problem (never the token), or ``None`` when fine."""
         ...

@@ -149,6 +149,15 @@ def mark_delivered(conn: Conn, registration_id: str, now: datetime) -> None:
     )
 
 
+def mark_delivered_many(conn: Conn, registration_ids: list[str], now: datetime) -> None:
+    """:func:`mark_delivered` for many registrations in one statement."""
+    conn.execute(
+        "UPDATE bothy.push_registrations SET last_seen_at = %s, failure_count = 0"
+        " WHERE id = ANY(%s)",
+        (now, registration_ids),
+    )
+
+
 def mark_dead(conn: Conn, registration_id: str, reason: str, now: datetime) -> None:
     conn.execute(
         "UPDATE bothy.push_registrations SET invalidated_at = coalesce(invalidated_at, %s),"

@@ -28,12 +28,13 @@ import trio
 from bothy_notify.config import PushConfig
 from bothy_notify.kernel.clock import Clock, from_unix_micros
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.notify import facts
 from bothy_notify.notify.domain import SkipReason, release_delayed
 from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs
 from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
 from bothy_notify.push.registry import Providers
-from bothy_notify.runner import Done, JobResult, Report, retry_or_fail
-from bothy_notify.store import facts
+from bothy_notify.runner import BatchedEffect, Done, JobResult, Report, retry_or_fail
+from bothy_notify.store import access
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job
@@ -106,7 +107,8 @@ class PushSendHandler:
     async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
         now = self._clock.now()
         parsed = {job.id: PushSendArgs.from_args(job.args) for job in jobs}
-        plans = await self._db.run(lambda c: self._check(c, parsed, now))
+        attempts = {job.id: (job.attempt, job.max_attempts) for job in jobs}
+        plans = await self._db.run(lambda c: self._check(c, parsed, attempts, now))
         async with trio.open_nursery() as nursery:
             for job in jobs:
                 plan = plans[job.id]
@@ -117,7 +119,11 @@ class PushSendHandler:
                     nursery.start_soon(self._send, job, plan, report)
 
     def _check(
-        self, conn: Conn, parsed: dict[int, PushSendArgs], now: datetime
+        self,
+        conn: Conn,
+        parsed: dict[int, PushSendArgs],
+        attempts: dict[int, tuple[int, int]],
+        now: datetime,
     ) -> dict[int, _Send | SkipReason]:
         loaded = regs.load(conn, {a.registration_id for a in parsed.values()})
         pairs = {(a.user_id, a.thread_id) for a in parsed.values()}
@@ -139,7 +145,7 @@ class PushSendHandler:
                 plans[job_id] = SkipReason.NO_ACCESS
                 continue
             if a.release_seq > 0 and a.thread_id is not None:
-                position = facts.read_position(conn, a.user_id, a.thread_id)
+                position = access.read_position(conn, a.user_id, a.thread_id)
                 if not release_delayed(a.release_seq, position):
                     plans[job_id] = SkipReason.READ
                     continue
@@ -155,6 +161,10 @@ class PushSendHandler:
                     environment=reg.environment,
                     app_id=reg.app_id,
                     signing_key=reg.signing_key,
+                    attempt=attempts[job_id][0],
+                    max_attempts=attempts[job_id][1],
+                    last_error=reg.last_error,
+                    failure_count=reg.failure_count,
                 ),
                 reg.failure_count,
             )
@@ -186,7 +196,7 @@ class PushSendHandler:
         reg_id = plan.target.registration_id
         reason = outcome.reason or outcome.kind.value
         if outcome.kind is OutcomeKind.DELIVERED:
-            return Done("delivered", lambda c, now: regs.mark_delivered(c, reg_id, now))
+            return Done("delivered", BatchedEffect(regs.mark_delivered_many, reg_id))
         if outcome.kind is OutcomeKind.DEAD:
             self._metrics.registrations_invalidated.labels("dead").inc()
             return Done("dead", lambda c, now: regs.mark_dead(c, reg_id, reason, now))

@@ -1,0 +1,368 @@
+"""The APNs provider: HTTP/2 to Apple with an ES256 provider token.
+
+One long-lived HTTP/2 connection per APNs host; the host follows the
+registration's ``environment`` (``production`` or ``sandbox``), so one daemon
+serves TestFlight and App Store builds at once. ``push.apns.endpoint``
+replaces both hosts (a proxy or a local fake).
+
+Requests (SPEC section 10): ``POST /3/device/{token}`` with
+``authorization: bearer <provider JWT>``, ``apns-topic`` = bundle id,
+``apns-collapse-id`` = the thread id, and either
+
+- background style: ``apns-push-type: background``, ``apns-priority: 5``,
+  ``{"aps": {"content-available": 1}, ...payload}``; or
+- alert style: ``apns-push-type: alert``, ``apns-priority: 10``,
+  ``{"aps": {"alert": {"title": <alert_title>}, "mutable-content": 1,
+  "sound": "default"}, ...payload}`` (no sound when the hint is quiet).
+
+Answers become outcomes here and nowhere else:
+
+=========================================================  ==========================
+200                                                        delivered
+410 Unregistered, ExpiredToken                             dead
+400 BadDeviceToken, DeviceTokenNotForTopic, TopicDisallowed  mismatch (logged with the
+                                                           environment and topic)
+403 ExpiredProviderToken                                   a new JWT and one immediate
+                                                           resend in the same deadline;
+                                                           a second one: rejected
+429, 5xx, timeout, connection error                        transient (1 s minimum)
+every other status                                         rejected
+=========================================================  ==========================
+
+The whole send, resend included, is bounded by
+:data:`~.transport.REQUEST_BOUND`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+import jwt
+import trio
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+from bothy_notify.config import ApnsConfig, ApnsStyle, ConfigError
+from bothy_notify.kernel.clock import Clock
+from bothy_notify.push.port import Outcome, PushMessage, Target
+from bothy_notify.push.streams import provider_client
+from bothy_notify.push.transport import (
+    BACKSTOP_TIMEOUT,
+    REQUEST_BOUND,
+    LogThrottle,
+    check_https_url,
+    parse_retry_after,
+    retry_delay,
+    safe_reason,
+    ssl_context,
+    transport_reason,
+)
+
+log = logging.getLogger("bothy.push.apns")
+
+PRODUCTION_HOST = "https://api.push.apple.com"
+SANDBOX_HOST = "https://api.sandbox.push.apple.com"
+TOKEN_REFRESH = timedelta(minutes=55)
+"""A provider JWT is used for this long (Apple accepts 20 to 60 minutes)."""
+RETRY_MINIMUM = timedelta(seconds=1)
+"""Earliest retry after a transient APNs failure."""
+COLLAPSE_ID_MAX = 64
+"""APNs refuses an ``apns-collapse-id`` longer than 64 bytes."""
+
+DEAD_REASONS = frozenset({"Unregistered", "ExpiredToken"})
+MISMATCH_REASONS = frozenset({"BadDeviceToken", "DeviceTokenNotForTopic", "TopicDisallowed"})
+
+_TEN_CHARS = re.compile(r"^[A-Za-z0-9]{10}$")
+_BUNDLE_ID = re.compile(r"^[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
+_DEVICE_TOKEN = re.compile(r"^[0-9a-fA-F]{64,200}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ApnsCredentials:
+    """What signs provider tokens. The repr shows neither the key nor the ids."""
+
+    key: ec.EllipticCurvePrivateKey
+    key_id: str
+    team_id: str
+
+    def __repr__(self) -> str:
+        return "ApnsCredentials(***)"
+
+
+def load_credentials(config: ApnsConfig) -> ApnsCredentials:
+    """Check and load ``push.apns`` key, key_id and team_id.
+
+    Raises :class:`ConfigError` naming the key that is missing or malformed,
+    never showing its value.
+    """
+    pem = config.key.reveal().strip()
+    if not pem:
+        raise ConfigError("push.apns.key: the secret is empty")
+    if "\n" not in pem and "\\n" in pem:
+        pem = pem.replace("\\n", "\n")  # a PEM pasted into one env line with escaped newlines
+    try:
+        key = load_pem_private_key(pem.encode(), password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise ConfigError(
+            "push.apns.key: not a .p8 key (expected the PKCS#8 PEM of an EC P-256 private key)"
+        ) from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
+        raise ConfigError("push.apns.key: not an EC P-256 private key (APNs keys are ES256)")
+    if not _TEN_CHARS.fullmatch(config.key_id):
+        raise ConfigError("push.apns.key_id: expected the key's 10-character id")
+    if not _TEN_CHARS.fullmatch(config.team_id):
+        raise ConfigError("push.apns.team_id: expected the 10-character team id")
+    if len(config.bundle_id) > 155 or not _BUNDLE_ID.fullmatch(config.bundle_id):
+        raise ConfigError("push.apns.bundle_id: expected a bundle id like com.example.app")
+    return ApnsCredentials(key, config.key_id, config.team_id)
+
+
+class ProviderTokens:
+    """The ES256 provider JWT: minted on first use and again every 55 minutes.
+
+    :meth:`invalidate` drops only the token a refused request used, so a newer
+    token minted by a concurrent send survives.
+    """
+
+    def __init__(self, credentials: ApnsCredentials, clock: Clock) -> None:
+        self._credentials = credentials
+        self._clock = clock
+        self._token: str | None = None
+        self._issued: datetime | None = None
+        self.minted = 0
+
+    def current(self) -> str:
+        """The token to use now (minting a new one when due)."""
+        now = self._clock.now()
+        if self._token is None or self._issued is None or now - self._issued >= TOKEN_REFRESH:
+            self._token = jwt.encode(
+                {"iss": self._credentials.team_id, "iat": int(now.timestamp())},
+                self._credentials.key,
+                algorithm="ES256",
+                headers={"kid": self._credentials.key_id},
+            )
+            self._issued = now
+            self.minted += 1
+        return self._token
+
+    def invalidate(self, token: str) -> None:
+        """Forget ``token`` if it is still the current one."""
+        if token == self._token:
+            self._token = None
+            self._issued = None
+
+    def __repr__(self) -> str:
+        return f"ProviderTokens(minted={self.minted})"
+
+
+def collapse_id(thread_id: str) -> str:
+    """The thread id, or a digest of it when it is longer than APNs allows."""
+    if len(thread_id.encode()) <= COLLAPSE_ID_MAX:
+        return thread_id
+    digest = hashlib.sha256(thread_id.encode()).digest()
+    return "t." + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def apns_outcome(status: int, reason: str, retry_after: timedelta | None = None) -> Outcome:
+    """The outcome of one APNs answer (status and its ``reason``); pure.
+
+    A 403 ``ExpiredProviderToken`` is rejected here; :class:`ApnsProvider` resends
+    once before it comes to that.
+    """
+    code = reason or f"http_{status}"
+    if status == 200:
+        return Outcome.delivered()
+    if status == 410 and reason in DEAD_REASONS:
+        return Outcome.dead(reason)
+    if status == 400 and reason in MISMATCH_REASONS:
+        return Outcome.mismatch(reason)
+    if status == 429 or 500 <= status <= 599:
+        return Outcome.transient(code, retry_delay(RETRY_MINIMUM, retry_after))
+    return Outcome.rejected(code)
+
+
+class ApnsProvider:
+    """Sends to APNs; see the module docstring for requests and outcomes.
+
+    Args:
+        credentials: the signing key and its ids.
+        topic: the bundle id (``apns-topic``).
+        style: background or alert.
+        alert_title: the generic title of alert-style pushes.
+        hosts: base URL per registration environment.
+        ca_file: CA bundle for the hosts (empty: the system's CAs).
+        clock: the injected clock (provider token age, Retry-After dates).
+        request_bound: seconds one send (resend included) may take.
+    """
+
+    name = "apns"
+
+    def __init__(
+        self,
+        *,
+        credentials: ApnsCredentials,
+        topic: str,
+        clock: Clock,
+        style: ApnsStyle = ApnsStyle.BACKGROUND,
+        alert_title: str = "New activity",
+        hosts: Mapping[str, str] | None = None,
+        ca_file: str = "",
+        request_bound: float = REQUEST_BOUND,
+    ) -> None:
+        self._topic = topic
+        self._style = style
+        self._alert_title = alert_title
+        self._clock = clock
+        self._bound = request_bound
+        self.tokens = ProviderTokens(credentials, clock)
+        self._hosts = dict(hosts or {"production": PRODUCTION_HOST, "sandbox": SANDBOX_HOST})
+        self._clients: dict[str, httpx.AsyncClient] = {}
+        for base in set(self._hosts.values()):
+            # One client per host, each with exactly one HTTP/2 connection kept open.
+            self._clients[base] = provider_client(
+                ssl_context(ca_file, key="push.apns.ca_file"),
+                limits=httpx.Limits(
+                    max_connections=1, max_keepalive_connections=1, keepalive_expiry=None
+                ),
+                timeout=BACKSTOP_TIMEOUT,
+            )
+        self._throttle = LogThrottle()
+
+    @classmethod
+    def from_config(cls, config: ApnsConfig, *, clock: Clock) -> ApnsProvider:
+        """Build from ``[push.apns]``; raises :class:`ConfigError` naming a bad key."""
+        credentials = load_credentials(config)
+        hosts = None
+        if config.endpoint:
+            base = check_https_url(config.endpoint, key="push.apns.endpoint")
+            hosts = {"production": base, "sandbox": base}
+        return cls(
+            credentials=credentials,
+            topic=config.bundle_id,
+            clock=clock,
+            style=config.style,
+            alert_title=config.alert_title,
+            hosts=hosts,
+            ca_file=config.ca_file,
+        )
+
+    def __repr__(self) -> str:
+        return f"ApnsProvider(style={self._style.value!r})"
+
+    def headers(self, message: PushMessage) -> dict[str, str]:
+        """The APNs request headers of ``message`` (without authorization)."""
+        background = self._style is ApnsStyle.BACKGROUND
+        out = {
+            "apns-topic": self._topic,
+            "apns-push-type": "background" if background else "alert",
+            "apns-priority": "5" if background else "10",
+            "content-type": "application/json",
+        }
+        if message.thread_id is not None:
+            out["apns-collapse-id"] = collapse_id(message.thread_id)
+        return out
+
+    def body(self, message: PushMessage) -> bytes:
+        """The APNs JSON body: ``aps`` beside the content-free payload."""
+        aps: dict[str, Any]
+        if self._style is ApnsStyle.BACKGROUND:
+            aps = {"content-available": 1}
+        else:
+            aps = {"alert": {"title": self._alert_title}, "mutable-content": 1}
+            if not message.quiet:
+                aps["sound"] = "default"
+        return json.dumps({"aps": aps, **message.payload()}, separators=(",", ":")).encode()
+
+    async def send(self, target: Target, message: PushMessage) -> Outcome:
+        """Send one push; never raises for an APNs or network problem.
+
+        Cancellation abandons the request (the connection stays usable).
+        """
+        environment = target.environment or "production"
+        base = self._hosts.get(environment)
+        if base is None:
+            return Outcome.rejected("unknown_environment")
+        if not _DEVICE_TOKEN.fullmatch(target.token):
+            return Outcome.rejected("malformed_token")
+        client = self._clients[base]
+        url = f"{base}/3/device/{target.token}"
+        headers = self.headers(message)
+        content = self.body(message)
+        with trio.move_on_after(self._bound):
+            resent = False
+            while True:
+                token = self.tokens.current()
+                try:
+                    response = await client.post(
+                        url,
+                        content=content,
+                        headers={**headers, "authorization": f"bearer {token}"},
+                    )
+                except httpx.HTTPError as exc:
+                    return Outcome.transient(transport_reason(exc), RETRY_MINIMUM)
+                reason = _reason(response)
+                if response.status_code == 403 and reason == "ExpiredProviderToken":
+                    self.tokens.invalidate(token)
+                    if not resent:
+                        resent = True
+                        continue
+                    if self._throttle.allow("expired_twice"):
+                        log.warning(
+                            "APNs refused two fresh provider tokens in a row; check"
+                            " push.apns.key_id, push.apns.team_id and this host's clock",
+                            extra={"reason": reason},
+                        )
+                    return Outcome.rejected(reason)
+                outcome = apns_outcome(
+                    response.status_code,
+                    reason,
+                    parse_retry_after(response.headers.get("retry-after"), self._clock.now()),
+                )
+                self._explain(outcome, environment)
+                return outcome
+        return Outcome.transient("timeout", RETRY_MINIMUM)
+
+    def _explain(self, outcome: Outcome, environment: str) -> None:
+        if outcome.kind.value == "mismatch" and self._throttle.allow(
+            f"mismatch:{environment}:{outcome.reason}"
+        ):
+            log.warning(
+                "APNs says the device token does not belong to this app: the registration"
+                " is for environment %s and topic %s; check the shipped build's"
+                " aps-environment and bundle id (not the device)",
+                environment,
+                self._topic,
+                extra={"environment": environment, "topic": self._topic, "reason": outcome.reason},
+            )
+        elif outcome.reason in ("InvalidProviderToken", "MissingProviderToken") and (
+            self._throttle.allow(outcome.reason)
+        ):
+            log.error(
+                "APNs refused the provider token; check push.apns.key, key_id and team_id",
+                extra={"reason": outcome.reason},
+            )
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        for client in self._clients.values():
+            await client.aclose()
+
+
+def _reason(response: httpx.Response) -> str:
+    if response.status_code == 200 or not response.content:
+        return ""
+    try:
+        parsed = json.loads(response.content)
+    except ValueError:
+        return ""
+    return safe_reason(parsed.get("reason") if isinstance(parsed, dict) else None, "")

@@ -1,0 +1,447 @@
+"""The FCM HTTP v1 provider, authenticated as a service account through google-auth.
+
+Requests: ``POST {endpoint}/v1/projects/{project_id}/messages:send`` with a
+cached OAuth2 access token, a data-only message whose every value is a string,
+``android.priority`` HIGH, and for Apple devices the APNs headers
+``apns-priority: 5`` and ``apns-push-type: background`` with
+``content-available``. The project id and the token endpoint come from the
+service-account JSON; ``push.fcm.ca_file`` is trusted for both the FCM
+endpoint and the token endpoint.
+
+Answers become outcomes here and nowhere else, in this order (SPEC section 10):
+
+1. 200: delivered.
+2. HTTP 429, a typed ``google.rpc.QuotaFailure`` detail or FcmError
+   ``QUOTA_EXCEEDED``: transient, no retry before 60 s.
+3. HTTP 5xx (500 and 503 by name), whatever the body says or fails to say:
+   transient, 10 s minimum.
+4. Typed FcmError ``UNREGISTERED``: dead. ``SENDER_ID_MISMATCH``: mismatch.
+   ``UNAVAILABLE``/``INTERNAL``: transient (10 s minimum).
+5. Everything else, ``INVALID_ARGUMENT`` included: rejected (a payload bug
+   must never delete registrations).
+
+A longer ``Retry-After`` is honoured up to 300 s. A 401 means the access token
+was refused: it is dropped, a new one fetched and the message resent once
+within the same deadline; a second 401 is rejected.
+
+Access-token errors (module hierarchy)::
+
+    AccessTokenError          no access token could be had
+    ├── TokenUnavailable      the token endpoint could not be reached or timed out
+    │                         (the send is transient)
+    └── TokenRefused          the token endpoint refused the service account
+                              (the send is rejected; the log names the key)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import google.auth.exceptions
+import httpx
+import requests
+import trio
+from google.auth.transport.requests import Request as GoogleRequest
+from google.oauth2 import service_account
+
+from bothy_notify.config import ConfigError, FcmConfig
+from bothy_notify.kernel.clock import Clock
+from bothy_notify.push.port import Outcome, PushMessage, Target
+from bothy_notify.push.streams import provider_client
+from bothy_notify.push.transport import (
+    BACKSTOP_TIMEOUT,
+    REQUEST_BOUND,
+    LogThrottle,
+    check_https_url,
+    parse_retry_after,
+    retry_delay,
+    safe_reason,
+    ssl_context,
+    transport_reason,
+)
+
+log = logging.getLogger("bothy.push.fcm")
+
+FCM_ENDPOINT = "https://fcm.googleapis.com"
+SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
+QUOTA_MINIMUM = timedelta(seconds=60)
+"""Earliest retry after a quota failure (FCM denylists senders that retry sooner)."""
+TRANSIENT_MINIMUM = timedelta(seconds=10)
+"""Earliest retry after any other transient FCM failure."""
+REFRESH_MARGIN = timedelta(minutes=5)
+"""An access token is replaced this long before it expires."""
+
+_FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+_QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
+_SERVICE_ACCOUNT_FIELDS = ("project_id", "client_email", "private_key", "token_uri")
+
+
+class AccessTokenError(Exception):
+    """No access token could be had (the message names no secret)."""
+
+
+class TokenUnavailable(AccessTokenError):
+    """The token endpoint could not be reached, failed, or did not answer in time."""
+
+
+class TokenRefused(AccessTokenError):
+    """The token endpoint refused the service account (a credentials problem)."""
+
+
+class AccessTokens(Protocol):
+    """OAuth2 access tokens for FCM."""
+
+    async def token(self) -> str:
+        """A valid access token, fetched when none is cached or it nears expiry.
+
+        Raises :class:`TokenUnavailable` or :class:`TokenRefused`. The caller
+        bounds the wait; cancellation abandons the fetch (it finishes in its
+        worker thread and is discarded).
+        """
+        ...
+
+    def invalidate(self, token: str) -> None:
+        """Forget ``token`` if it is the cached one (the endpoint refused it)."""
+        ...
+
+
+class StaticAccessTokens:
+    """An in-memory :class:`AccessTokens`: always the same token (unit tests)."""
+
+    def __init__(self, value: str = "static-token") -> None:
+        self._value = value
+        self.invalidated = 0
+
+    async def token(self) -> str:
+        await trio.lowlevel.checkpoint()
+        return self._value
+
+    def invalidate(self, token: str) -> None:
+        self.invalidated += 1
+
+    def __repr__(self) -> str:
+        return "StaticAccessTokens(***)"
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceAccount:
+    """A parsed service-account JSON. The repr shows no key and no e-mail."""
+
+    info: dict[str, Any]
+
+    @property
+    def project_id(self) -> str:
+        return str(self.info["project_id"])
+
+    @property
+    def token_uri(self) -> str:
+        return str(self.info["token_uri"])
+
+    def __repr__(self) -> str:
+        return "ServiceAccount(***)"
+
+
+def load_service_account(text: str) -> ServiceAccount:
+    """Check ``push.fcm.service_account``; raise :class:`ConfigError` naming the key."""
+    key = "push.fcm.service_account"
+    try:
+        info = json.loads(text)
+    except ValueError:
+        raise ConfigError(f"{key}: not valid JSON (expected the service-account file)") from None
+    if not isinstance(info, dict) or info.get("type") != "service_account":
+        raise ConfigError(f'{key}: not a service-account JSON (its "type" must be service_account)')
+    for field in _SERVICE_ACCOUNT_FIELDS:
+        if not isinstance(info.get(field), str) or not info[field]:
+            raise ConfigError(f'{key}: the service-account JSON has no "{field}"')
+    check_https_url(info["token_uri"], key=f"{key} (token_uri)")
+    try:
+        service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
+            info, scopes=[SCOPE]
+        )
+    except (ValueError, TypeError, KeyError):
+        raise ConfigError(f"{key}: its private_key is not a usable RSA key") from None
+    return ServiceAccount(info)
+
+
+class GoogleAccessTokens:
+    """Access tokens from a service account via google-auth, cached until near expiry.
+
+    The refresh is a blocking HTTP call; it runs in a worker thread, one at a
+    time, bounded by :data:`~.transport.REQUEST_BOUND` inside the thread too.
+    ``ca_file`` is trusted for the token endpoint.
+    """
+
+    def __init__(self, account: ServiceAccount, *, clock: Clock, ca_file: str = "") -> None:
+        self._credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
+            account.info, scopes=[SCOPE]
+        )
+        self._verify: str | bool = ca_file or True
+        self._clock = clock
+        self._lock = trio.Lock()
+        # One refresh thread at a time: a refresh abandoned by a cancelled caller may
+        # still be running; the lock guards the credentials object either way.
+        self._thread_limiter = trio.CapacityLimiter(1)
+        self._thread_lock = threading.Lock()
+        self._token: str | None = None
+        self._expires_at: datetime | None = None
+        self.fetched = 0
+
+    def __repr__(self) -> str:
+        return f"GoogleAccessTokens(fetched={self.fetched})"
+
+    def _fresh(self) -> str | None:
+        if self._token is None or self._expires_at is None:
+            return None
+        if self._clock.now() >= self._expires_at - REFRESH_MARGIN:
+            return None
+        return self._token
+
+    async def token(self) -> str:
+        cached = self._fresh()
+        if cached is not None:
+            return cached
+        async with self._lock:
+            cached = self._fresh()
+            if cached is not None:
+                return cached
+            token, lifetime = await trio.to_thread.run_sync(
+                self._refresh_blocking, limiter=self._thread_limiter, abandon_on_cancel=True
+            )
+            self._token = token
+            self._expires_at = self._clock.now() + lifetime
+            self.fetched += 1
+            return token
+
+    def invalidate(self, token: str) -> None:
+        if token == self._token:
+            self._token = None
+            self._expires_at = None
+
+    def _refresh_blocking(self) -> tuple[str, timedelta]:
+        # A session per refresh: the next one is an hour away, so no connection is kept.
+        with requests.Session() as session:
+            session.trust_env = False
+            session.verify = self._verify
+            return self._refresh_with(GoogleRequest(session))
+
+    def _refresh_with(self, inner: Any) -> tuple[str, timedelta]:
+        def bounded(
+            url: str, method: str = "GET", body: Any = None, headers: Any = None, **kw: Any
+        ) -> Any:
+            kw["timeout"] = REQUEST_BOUND
+            return inner(url, method=method, body=body, headers=headers, **kw)
+
+        with self._thread_lock:
+            try:
+                self._credentials.refresh(bounded)
+            except google.auth.exceptions.RefreshError as exc:
+                if getattr(exc, "retryable", False):
+                    raise TokenUnavailable("the token endpoint failed") from None
+                raise TokenRefused("the token endpoint refused the service account") from None
+            except (google.auth.exceptions.TransportError, requests.RequestException, OSError):
+                raise TokenUnavailable("the token endpoint could not be reached") from None
+            token = self._credentials.token
+            expiry = self._credentials.expiry
+        if not isinstance(token, str) or not token:
+            raise TokenUnavailable("the token endpoint gave no token")
+        lifetime = timedelta(hours=1)
+        if isinstance(expiry, datetime):
+            # google-auth states expiry as naive UTC from its own reading of the wall clock.
+            lifetime = expiry.replace(tzinfo=UTC) - datetime.now(UTC)
+        return token, max(lifetime, timedelta(0))
+
+
+def _details(body: bytes) -> tuple[str, list[str], bool]:
+    """(error.status, FcmError codes, has a QuotaFailure detail) of an error body; lenient."""
+    try:
+        parsed = json.loads(body) if body else None
+    except (ValueError, UnicodeDecodeError):
+        return "", [], False
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    if not isinstance(error, dict):
+        return "", [], False
+    status = safe_reason(error.get("status"), "")
+    codes: list[str] = []
+    quota = False
+    details = error.get("details")
+    for detail in details if isinstance(details, list) else []:
+        if not isinstance(detail, dict):
+            continue
+        kind = detail.get("@type")
+        if kind == _FCM_ERROR:
+            code = safe_reason(detail.get("errorCode"), "")
+            if code:
+                codes.append(code)
+        elif kind == _QUOTA_FAILURE:
+            quota = True
+    return status, codes, quota
+
+
+def fcm_outcome(status: int, body: bytes, retry_after: timedelta | None = None) -> Outcome:
+    """The outcome of one FCM answer; pure. See the module docstring for the order."""
+    if status == 200:
+        return Outcome.delivered()
+    error_status, codes, quota = _details(body)
+    if status == 429 or quota or "QUOTA_EXCEEDED" in codes:
+        reason = "QUOTA_EXCEEDED" if (quota or "QUOTA_EXCEEDED" in codes) else "http_429"
+        return Outcome.transient(reason, retry_delay(QUOTA_MINIMUM, retry_after))
+    if 500 <= status <= 599:
+        return Outcome.transient(f"http_{status}", retry_delay(TRANSIENT_MINIMUM, retry_after))
+    if "UNREGISTERED" in codes:
+        return Outcome.dead("UNREGISTERED")
+    if "SENDER_ID_MISMATCH" in codes:
+        return Outcome.mismatch("SENDER_ID_MISMATCH")
+    for code in codes:
+        if code in ("UNAVAILABLE", "INTERNAL"):
+            return Outcome.transient(code, retry_delay(TRANSIENT_MINIMUM, retry_after))
+    return Outcome.rejected(codes[0] if codes else error_status or f"http_{status}")
+
+
+class FcmProvider:
+    """Sends to FCM HTTP v1; see the module docstring for requests and outcomes.
+
+    Args:
+        project_id: the Firebase project (from the service account).
+        tokens: access tokens.
+        clock: the injected clock (Retry-After dates).
+        endpoint: the FCM base URL.
+        ca_file: CA bundle for the endpoint (empty: the system's CAs).
+        request_bound: seconds a token fetch, and separately a send, may take.
+    """
+
+    name = "fcm"
+
+    def __init__(
+        self,
+        *,
+        project_id: str,
+        tokens: AccessTokens,
+        clock: Clock,
+        endpoint: str = FCM_ENDPOINT,
+        ca_file: str = "",
+        request_bound: float = REQUEST_BOUND,
+    ) -> None:
+        self._url = f"{endpoint.rstrip('/')}/v1/projects/{project_id}/messages:send"
+        self._project_id = project_id
+        self.tokens = tokens
+        self._clock = clock
+        self._bound = request_bound
+        self._client = provider_client(
+            ssl_context(ca_file, key="push.fcm.ca_file"),
+            limits=httpx.Limits(max_keepalive_connections=16, keepalive_expiry=120.0),
+            timeout=BACKSTOP_TIMEOUT,
+        )
+        self._throttle = LogThrottle()
+
+    @classmethod
+    def from_config(cls, config: FcmConfig, *, clock: Clock) -> FcmProvider:
+        """Build from ``[push.fcm]``; raises :class:`ConfigError` naming a bad key."""
+        account = load_service_account(config.service_account.reveal())
+        endpoint = FCM_ENDPOINT
+        if config.endpoint:
+            endpoint = check_https_url(config.endpoint, key="push.fcm.endpoint")
+        ssl_context(config.ca_file, key="push.fcm.ca_file")
+        return cls(
+            project_id=account.project_id,
+            tokens=GoogleAccessTokens(account, clock=clock, ca_file=config.ca_file),
+            clock=clock,
+            endpoint=endpoint,
+            ca_file=config.ca_file,
+        )
+
+    def __repr__(self) -> str:
+        return "FcmProvider()"
+
+    @staticmethod
+    def message(target: Target, message: PushMessage) -> dict[str, Any]:
+        """The v1 request body: data-only, strings only, HIGH on Android, 5 on Apple."""
+        return {
+            "message": {
+                "token": target.token,
+                "data": message.string_payload(),
+                "android": {"priority": "HIGH"},
+                "apns": {
+                    "headers": {"apns-priority": "5", "apns-push-type": "background"},
+                    "payload": {"aps": {"content-available": 1}},
+                },
+            }
+        }
+
+    async def send(self, target: Target, message: PushMessage) -> Outcome:
+        """Send one push; never raises for an FCM, token or network problem.
+
+        Cancellation abandons the request (and a token fetch in its thread).
+        """
+        content = json.dumps(self.message(target, message), separators=(",", ":")).encode()
+        token = await self._token()
+        if isinstance(token, Outcome):
+            return token
+        with trio.move_on_after(self._bound):
+            resent = False
+            while True:
+                try:
+                    response = await self._client.post(
+                        self._url,
+                        content=content,
+                        headers={
+                            "authorization": f"Bearer {token}",
+                            "content-type": "application/json",
+                        },
+                    )
+                except httpx.HTTPError as exc:
+                    return Outcome.transient(transport_reason(exc), TRANSIENT_MINIMUM)
+                if response.status_code == 401:
+                    self.tokens.invalidate(token)
+                    if not resent:
+                        resent = True
+                        token = await self._token()
+                        if isinstance(token, Outcome):
+                            return token
+                        continue
+                    return self._refused("UNAUTHENTICATED")
+                outcome = fcm_outcome(
+                    response.status_code,
+                    response.content,
+                    parse_retry_after(response.headers.get("retry-after"), self._clock.now()),
+                )
+                self._explain(outcome)
+                return outcome
+        return Outcome.transient("timeout", TRANSIENT_MINIMUM)
+
+    async def _token(self) -> str | Outcome:
+        with trio.move_on_after(self._bound):
+            try:
+                return await self.tokens.token()
+            except TokenUnavailable:
+                return Outcome.transient("token_unavailable", TRANSIENT_MINIMUM)
+            except TokenRefused:
+                return self._refused("token_refused")
+        return Outcome.transient("token_timeout", TRANSIENT_MINIMUM)
+
+    def _refused(self, reason: str) -> Outcome:
+        if self._throttle.allow(reason):
+            log.error(
+                "FCM refused our credentials; check push.fcm.service_account"
+                " (the key may be disabled or deleted)",
+                extra={"reason": reason},
+            )
+        return Outcome.rejected(reason)
+
+    def _explain(self, outcome: Outcome) -> None:
+        if outcome.reason == "SENDER_ID_MISMATCH" and self._throttle.allow(outcome.reason):
+            log.warning(
+                "FCM says the registration token belongs to another Firebase project than"
+                " %s; check the shipped build's google-services.json / GoogleService-Info.plist"
+                " (not the device)",
+                self._project_id,
+                extra={"project": self._project_id, "reason": outcome.reason},
+            )
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._client.aclose()

@@ -1,0 +1,285 @@
+"""The webhook provider: a signed HTTPS POST to a server recipient's URL.
+
+A webhook registration's token is its ``https://`` URL and it carries its own
+signing key. Requests follow Standard Webhooks: ``webhook-id`` (the hint's
+``nid``, the same on every retry), ``webhook-timestamp`` (Unix seconds) and
+``webhook-signature: v1,<base64 HMAC-SHA256(key, id.timestamp.body)>``. The
+body is the content-free payload plus ``user_id`` and ``registration_id``,
+since a server recipient has no other way to know whom the hint is for.
+
+Where a webhook may go:
+
+- at registration (:meth:`WebhookProvider.check_registration`): the host must
+  match ``push.webhook.allowed_domains`` and resolve to public addresses only;
+- before every attempt the host is resolved again and any private, loopback,
+  link-local, unspecified or otherwise non-global address (IPv6 and
+  IPv4-mapped forms included) refuses the send, unless
+  ``allow_private_addresses``. The connection then goes to the address that
+  was checked (TLS still verifies, and ``Host`` still names, the URL's host),
+  so a DNS answer that changes between check and connect cannot redirect it.
+  With ``push.webhook.endpoint`` (an egress proxy) the proxy is asked to
+  connect to that checked address.
+
+Answers become outcomes here and nowhere else: 2xx delivered; 404/410 dead
+only when every attempt of the send answered so (until then transient,
+retried); redirects and other 4xx rejected; 5xx, timeout and connection
+errors transient (1 s minimum). No redirect is followed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import logging
+import ssl
+from collections.abc import Sequence
+from datetime import timedelta
+
+import httpcore
+import httpx
+import trio
+
+from bothy_notify.config import ConfigError, WebhookConfig
+from bothy_notify.kernel.clock import Clock
+from bothy_notify.push.pinned import PinnedBackend
+from bothy_notify.push.port import Outcome, PushMessage, Target
+from bothy_notify.push.resolver import (
+    ResolveError,
+    Resolver,
+    SystemResolver,
+    host_allowed,
+    is_blocked_address,
+)
+from bothy_notify.push.transport import (
+    REQUEST_BOUND,
+    LogThrottle,
+    ssl_context,
+    transport_reason,
+)
+
+log = logging.getLogger("bothy.push.webhook")
+
+RETRY_MINIMUM = timedelta(seconds=1)
+"""Earliest retry after a transient webhook failure."""
+GONE_STATUSES = frozenset({404, 410})
+_NETWORK_ERRORS = (
+    httpcore.TimeoutException,
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    httpcore.ProxyError,
+    httpcore.UnsupportedProtocol,
+    ssl.SSLError,
+    OSError,
+)
+KEY_BYTES = (16, 64)
+"""Signing keys are 16 to 64 bytes (base64, optionally ``whsec_``-prefixed)."""
+
+
+def decode_signing_key(text: str | None) -> bytes | None:
+    """The raw bytes of a signing key, or ``None`` when it is not base64 of 16 to 64 bytes."""
+    if not text:
+        return None
+    try:
+        raw = base64.b64decode(text.removeprefix("whsec_"), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if KEY_BYTES[0] <= len(raw) <= KEY_BYTES[1] else None
+
+
+def sign(key: bytes, webhook_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` value: ``v1,`` and base64 of the HMAC-SHA256."""
+    signed = f"{webhook_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+def webhook_outcome(status: int, target: Target) -> Outcome:
+    """The outcome of one webhook answer; pure.
+
+    404 and 410 are dead only when every attempt of this send answered so: the
+    streak is carried by the registration (its ``last_error`` is ``http_404`` or
+    ``http_410`` and it has strikes since its last delivery). Until the last
+    attempt they are transient, so they are retried.
+    """
+    if 200 <= status <= 299:
+        return Outcome.delivered()
+    if status in GONE_STATUSES:
+        code = f"http_{status}"
+        streak = target.attempt <= 1 or (
+            target.failure_count > 0 and target.last_error in ("http_404", "http_410")
+        )
+        if not streak:
+            return Outcome.transient(f"{code}_after_other_errors", RETRY_MINIMUM)
+        if target.attempt >= target.max_attempts:
+            return Outcome.dead(code)
+        return Outcome.transient(code, RETRY_MINIMUM)
+    if 300 <= status <= 399:
+        return Outcome.rejected("redirect")
+    if 500 <= status <= 599:
+        return Outcome.transient(f"http_{status}", RETRY_MINIMUM)
+    return Outcome.rejected(f"http_{status}")
+
+
+class WebhookProvider:
+    """Sends signed webhooks; see the module docstring.
+
+    Args:
+        allowed_domains: ``push.webhook.allowed_domains`` (checked at registration).
+        allow_private_addresses: allow non-public targets (tests, private networks).
+        resolver: name resolution (the system's by default).
+        clock: the injected clock (``webhook-timestamp``).
+        ca_file: CA bundle for the receivers' TLS (empty: the system's CAs).
+        proxy: an egress proxy URL (``push.webhook.endpoint``), or empty.
+        request_bound: seconds a resolution plus request may take.
+    """
+
+    name = "webhook"
+
+    def __init__(
+        self,
+        *,
+        allowed_domains: Sequence[str],
+        clock: Clock,
+        allow_private_addresses: bool = False,
+        resolver: Resolver | None = None,
+        ca_file: str = "",
+        proxy: str = "",
+        request_bound: float = REQUEST_BOUND,
+    ) -> None:
+        self._allowed = tuple(allowed_domains)
+        self._allow_private = allow_private_addresses
+        self._resolver = resolver or SystemResolver()
+        self._clock = clock
+        self._bound = request_bound
+        self._ssl = ssl_context(ca_file, key="push.webhook.ca_file")
+        self._ssl.set_alpn_protocols(["http/1.1"])
+        self._proxy = httpx.URL(proxy) if proxy else None
+        self._proxy_ssl = ssl_context(ca_file, key="push.webhook.ca_file") if proxy else None
+        self._throttle = LogThrottle()
+
+    @classmethod
+    def from_config(
+        cls, config: WebhookConfig, *, clock: Clock, resolver: Resolver | None = None
+    ) -> WebhookProvider:
+        """Build from ``[push.webhook]``; raises :class:`ConfigError` naming a bad key."""
+        check_proxy_url(config.endpoint)
+        return cls(
+            allowed_domains=config.allowed_domains,
+            allow_private_addresses=config.allow_private_addresses,
+            resolver=resolver,
+            clock=clock,
+            ca_file=config.ca_file,
+            proxy=config.endpoint,
+        )
+
+    def __repr__(self) -> str:
+        return f"WebhookProvider(allowed_domains={len(self._allowed)})"
+
+    async def check_registration(self, token: str) -> tuple[str, str] | None:
+        """Refuse a webhook URL whose host is not allowed or resolves to a blocked address.
+
+        Returns the field and a constant problem (never the URL), or ``None``.
+        Bounded by :data:`~.transport.REQUEST_BOUND`.
+        """
+        url = _parse(token)
+        if url is None:
+            return ("token", "expected an https URL")
+        if not host_allowed(url.host, self._allowed):
+            return ("token", "the host is not in push.webhook.allowed_domains")
+        with trio.move_on_after(self._bound):
+            try:
+                addresses = await self._resolver.resolve(url.host, url.port or 443)
+            except ResolveError:
+                return ("token", "the host could not be resolved")
+            if not self._allow_private and any(is_blocked_address(a) for a in addresses):
+                return ("token", "the host resolves to a private or local address")
+            return None
+        return ("token", "the host could not be resolved in time")
+
+    def body(self, target: Target, message: PushMessage) -> bytes:
+        """The JSON body: the payload plus ``user_id`` and ``registration_id``."""
+        payload = {
+            **message.payload(),
+            "user_id": target.user_id,
+            "registration_id": target.registration_id,
+        }
+        return json.dumps(payload, separators=(",", ":")).encode()
+
+    async def send(self, target: Target, message: PushMessage) -> Outcome:
+        """Resolve, check, connect to the checked address, POST; never raises for a
+        receiver or network problem. Cancellation abandons the request."""
+        url = _parse(target.token)
+        if url is None:
+            return Outcome.rejected("not_https")
+        key = decode_signing_key(target.signing_key)
+        if key is None:
+            return Outcome.rejected("bad_signing_key")
+        body = self.body(target, message)
+        timestamp = int(self._clock.now().timestamp())
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"user-agent", b"bothy-notify"),
+            (b"webhook-id", message.nid.encode()),
+            (b"webhook-timestamp", str(timestamp).encode()),
+            (b"webhook-signature", sign(key, message.nid, timestamp, body).encode()),
+        ]
+        with trio.move_on_after(self._bound):
+            try:
+                addresses = await self._resolver.resolve(url.host, url.port or 443)
+            except ResolveError:
+                return Outcome.transient("dns_error", RETRY_MINIMUM)
+            if not self._allow_private and any(is_blocked_address(a) for a in addresses):
+                if self._throttle.allow("private_address"):
+                    log.warning(
+                        "a webhook host resolves to a private or local address; not sent",
+                        extra={"reason": "private_address"},
+                    )
+                return Outcome.rejected("private_address")
+            # A pool per send, bound to the checked address; it keeps no connection, so
+            # a connection verified for one host is never reused for another.
+            backend = PinnedBackend(addresses[0], proxy=self._proxy, proxy_ssl=self._proxy_ssl)
+            try:
+                async with (
+                    httpcore.AsyncConnectionPool(
+                        ssl_context=self._ssl,
+                        network_backend=backend,
+                        max_keepalive_connections=0,
+                        http1=True,
+                        http2=False,
+                    ) as pool,
+                    pool.stream("POST", str(url), headers=headers, content=body) as response,
+                ):
+                    status = response.status
+            except _NETWORK_ERRORS as exc:
+                return Outcome.transient(transport_reason(exc), RETRY_MINIMUM)
+            return webhook_outcome(status, target)
+        return Outcome.transient("timeout", RETRY_MINIMUM)
+
+    async def aclose(self) -> None:
+        """Nothing to close: every send uses its own connection."""
+        await trio.lowlevel.checkpoint()
+
+
+def check_proxy_url(value: str) -> None:
+    """Check ``push.webhook.endpoint`` (empty, or an http(s) proxy URL); raise
+    :class:`ConfigError` naming the key otherwise."""
+    if not value:
+        return
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL:
+        raise ConfigError("push.webhook.endpoint: expected an http(s):// proxy URL") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ConfigError("push.webhook.endpoint: expected an http(s):// proxy URL")
+
+
+def _parse(token: str) -> httpx.URL | None:
+    try:
+        url = httpx.URL(token)
+    except httpx.InvalidURL:
+        return None
+    if url.scheme != "https" or not url.host or url.userinfo:
+        return None
+    return url

@@ -1,0 +1,204 @@
+"""``bothy-notify push test --user ID`` tells the truth per registration."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+import trustme
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from bothy_notify import commands
+from bothy_notify.config import ConfigError, structure_config
+from bothy_notify.store import registrations as regs
+from tests.harness import make_config
+from tests.push.fake_apns import Answer, FakeApns
+
+APNS_TOKEN = "ab" * 32
+
+
+def register(database_url: str, token: str, provider: str = "fake", **extra: Any) -> str:
+    with psycopg.connect(database_url) as conn:
+        registration, _ = regs.upsert(
+            conn,
+            user_id="alex",
+            device_id=f"dev-{token[:12]}",
+            provider=provider,
+            token=token,
+            environment=extra.get("environment"),
+            app_id=None,
+            signing_key=None,
+            now=datetime.now(UTC),
+        )
+        return registration.id
+
+
+def state(database_url: str, registration_id: str) -> tuple[bool, str | None]:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT invalidated_at, last_error FROM bothy.push_registrations WHERE id = %s",
+            (registration_id,),
+        ).fetchone()
+    assert row is not None
+    return row[0] is not None, row[1]
+
+
+def run(config: Any) -> tuple[int, str]:
+    out = io.StringIO()
+    code = commands.push_test_command(config, "alex", out)
+    return code, out.getvalue()
+
+
+def test_push_test_refuses_when_no_provider_is_configured(database_url: str) -> None:
+    config = structure_config({"database": {"url": database_url}}, env={})
+    with pytest.raises(commands.CommandError, match="no push provider is configured"):
+        run(config)
+
+
+def test_push_test_says_no_device_registered_instead_of_success(database_url: str) -> None:
+    code, printed = run(make_config(database={"url": database_url}))
+    assert code == 1
+    assert "no device registered for this person: nothing was sent" in printed
+    assert "delivered" not in printed
+
+
+def test_push_test_counts_retired_registrations_as_no_device(database_url: str) -> None:
+    config = make_config(database={"url": database_url})
+    register(database_url, "dead-old")
+    run(config)
+    code, printed = run(config)
+    assert code == 1
+    assert "no device registered for this person (1 retired" in printed
+
+
+def test_push_test_reports_what_happened_per_registration(database_url: str) -> None:
+    ids = {
+        token: register(database_url, token)
+        for token in ("phone-ok", "dead-1", "mismatch-1", "rejected-1", "transient-1")
+    }
+    code, printed = run(make_config(database={"url": database_url}))
+
+    lines = {line.split(" ", 2)[1]: line for line in printed.splitlines() if line.startswith("reg")}
+    assert lines[ids["phone-ok"]].endswith(": delivered")
+    assert "dead" in lines[ids["dead-1"]] and "retired" in lines[ids["dead-1"]]
+    assert "mismatch" in lines[ids["mismatch-1"]] and "check" in lines[ids["mismatch-1"]]
+    assert "rejected (fake_rejected): the provider refused" in lines[ids["rejected-1"]]
+    assert "transient" in lines[ids["transient-1"]]
+    assert printed.strip().endswith("1 of 5 delivered")
+    assert code == 1
+    assert state(database_url, ids["dead-1"]) == (True, "fake_dead")
+    assert state(database_url, ids["mismatch-1"]) == (False, "fake_mismatch")
+    assert state(database_url, ids["transient-1"]) == (False, None)
+    for token in ids:
+        assert token not in printed  # tokens are never printed
+
+
+def test_push_test_exits_zero_when_everything_was_delivered(database_url: str) -> None:
+    register(database_url, "phone-ok")
+    code, printed = run(make_config(database={"url": database_url}))
+    assert code == 0 and printed.strip().endswith("1 of 1 delivered")
+
+
+@contextlib.contextmanager
+def apns_in_a_thread(ca: trustme.CA, key: ec.EllipticCurvePrivateKey) -> Iterator[FakeApns]:
+    """A fake APNs served by its own Trio run in a thread (``push test`` runs Trio itself)."""
+    ready, stop = threading.Event(), threading.Event()
+    found: list[FakeApns] = []
+
+    async def serve() -> None:
+        fake = FakeApns(
+            ca=ca,
+            public_key=key.public_key(),
+            key_id="KEY123ABCD",
+            team_id="TEAM12345X",
+            topic="com.example.chat",
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(fake.serve)
+            found.append(fake)
+            ready.set()
+            while not stop.is_set():
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+
+    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield found[0]
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def apns_config(database_url: str, endpoint: str, ca_file: str, key_ref: str) -> dict[str, Any]:
+    return {
+        "database": {"url": database_url},
+        "push": {
+            "apns": {
+                "key": key_ref,
+                "key_id": "KEY123ABCD",
+                "team_id": "TEAM12345X",
+                "bundle_id": "com.example.chat",
+                "endpoint": endpoint,
+                "ca_file": ca_file,
+            }
+        },
+    }
+
+
+def test_push_test_through_apns_with_a_stored_key_names_the_mismatch_to_check(
+    database_url: str, tmp_path: Path
+) -> None:
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    commands.secret_set_command(
+        make_config(database={"url": database_url}), "apns-key", io.StringIO(pem), io.StringIO()
+    )
+    registration_id = register(database_url, APNS_TOKEN, "apns", environment="sandbox")
+
+    with apns_in_a_thread(ca, key) as fake:
+        fake.answer(APNS_TOKEN, Answer(400, "BadDeviceToken"))
+        config = structure_config(
+            apns_config(database_url, fake.url, str(ca_file), "secret:apns-key"), env={}
+        )
+        code, printed = run(config)
+
+    assert code == 1
+    line = next(line for line in printed.splitlines() if registration_id in line)
+    assert "(apns, sandbox): mismatch (BadDeviceToken)" in line
+    assert "aps-environment" in line and "device is fine" in line
+    assert fake.violations == []
+    assert state(database_url, registration_id) == (False, "BadDeviceToken")
+
+
+def test_push_test_names_the_key_of_a_malformed_stored_credential(
+    database_url: str, tmp_path: Path
+) -> None:
+    commands.secret_set_command(
+        make_config(database={"url": database_url}),
+        "apns-key",
+        io.StringIO("definitely-not-a-key-0000"),
+        io.StringIO(),
+    )
+    register(database_url, APNS_TOKEN, "apns")
+    config = structure_config(
+        apns_config(database_url, "https://127.0.0.1:9", "", "secret:apns-key"), env={}
+    )
+    with pytest.raises(ConfigError, match=r"push\.apns\.key") as caught:
+        run(config)
+    assert "definitely-not-a-key" not in str(caught.value)
