@@ -132,7 +132,7 @@ class Node:
 
     async def sql(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         def run(conn: Conn) -> list[tuple[Any, ...]]:
-            cur = conn.execute(query, params)  # type: ignore[arg-type]
+            cur = conn.execute(query, params)
             return cur.fetchall() if cur.description else []
 
         return await self.db.run(run)

@@ -153,11 +153,12 @@ def test_env_secrets_resolve_at_load_and_never_show_in_reprs_or_errors() -> None
 def test_store_secrets_resolve_at_start_and_a_missing_one_names_the_key() -> None:
     text = '[push.fcm]\nservice_account = "secret:fcm-sa"'
     config = load_config_text(text, env={})
-    resolved = resolve_store_secrets(config, {"fcm-sa": "{json}"}.get)
+    stored = {"fcm-sa": "{json}"}
+    resolved = resolve_store_secrets(config, stored.get)
     assert resolved.push.fcm is not None
     assert resolved.push.fcm.service_account.reveal() == "{json}"
     with pytest.raises(ConfigError) as error:
-        resolve_store_secrets(config, {}.get)
+        resolve_store_secrets(config, lambda _name: None)
     assert "push.fcm.service_account: secret 'fcm-sa' is not in the secret store" in str(
         error.value
     )

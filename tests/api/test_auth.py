@@ -153,7 +153,7 @@ async def test_issuer_and_audience_are_not_checked_when_not_configured(launch: L
         "Bearer",
         "Basic YWxleDpzZWNyZXQ=",
         "Bearer not-a-jwt",
-        "Bearer " + jwt.encode({**DEVICE_CLAIMS, "exp": later(600)}, None, algorithm="none"),
+        "Bearer " + jwt.encode({**DEVICE_CLAIMS, "exp": later(600)}, None, algorithm="none"),  # type: ignore[arg-type]
         "Bearer " + mint_token(OTHER_KEY, DEVICE_CLAIMS),
         "Bearer " + mint_token(TEST_KEY, {**DEVICE_CLAIMS, "sub": "not an id"}),
         "Bearer " + mint_token(TEST_KEY, {**DEVICE_CLAIMS, "plat": "amiga"}),

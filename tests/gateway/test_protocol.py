@@ -99,7 +99,12 @@ def test_ops_their_phase_does_not_allow_are_refused(
 
 
 def test_each_phase_allows_exactly_the_ops_of_the_table() -> None:
-    ops = [Identify("x"), Focus((), False), Read("t1", 1), Ping()]
+    ops: list[Identify | Focus | Read | Ping] = [
+        Identify("x"),
+        Focus((), False),
+        Read("t1", 1),
+        Ping(),
+    ]
     allowed: dict[Phase, list[str]] = {}
     for phase in Phase:
         allowed[phase] = []

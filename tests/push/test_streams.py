@@ -22,7 +22,7 @@ class SlowStream(httpcore.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         await trio.sleep_forever()
-        return b""
+        raise AssertionError("never returns")  # pragma: no cover
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         await self.release.wait()
@@ -38,7 +38,7 @@ class SlowStream(httpcore.AsyncNetworkStream):
         timeout: float | None = None,
     ) -> httpcore.AsyncNetworkStream:
         await trio.sleep_forever()
-        return self
+        raise AssertionError("never returns")  # pragma: no cover
 
     def get_extra_info(self, info: str) -> Any:
         return None

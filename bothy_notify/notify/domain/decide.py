@@ -121,9 +121,7 @@ def decide(
     if coalescing and window is not None and window.is_open(now):
         return Fold(
             user,
-            fold_into(
-                window, hint.message_seq, hint.message_id or "", mentioned=kind == _MENTION
-            ),
+            fold_into(window, hint.message_seq, hint.message_id or "", mentioned=kind == _MENTION),
         )
 
     presence = facts.presence
