@@ -97,7 +97,7 @@ async def test_one_holder_and_an_idle_instance_takes_over_on_its_first_try(
 
         await outer.start(run_first)
         await outer.start(second.run)
-        assert first.is_holder and not second.is_holder
+        assert holds(first) and not holds(second)
 
         attempts_before = second.lock_attempts
         holder_scope.cancel()  # the holder's connection ends
@@ -105,7 +105,7 @@ async def test_one_holder_and_an_idle_instance_takes_over_on_its_first_try(
             while not holds(second):
                 await trio.sleep(0.01)
         assert second.lock_attempts == attempts_before + 1
-        assert not first.is_holder
+        assert not holds(first)
         outer.cancel_scope.cancel()
 
 
