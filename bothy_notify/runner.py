@@ -85,7 +85,16 @@ class Fail:
     effect: Effect | BatchedEffect | None = None
 
 
-JobResult = Done | Retry | Fail
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """Not now, and not the job's fault: run it again after ``after`` with this
+    attempt uncounted (for example: its provider has no free permit)."""
+
+    after: timedelta
+    reason: str
+
+
+JobResult = Done | Retry | Fail | Defer
 Report = Callable[[Job, JobResult], Awaitable[None]]
 
 
@@ -406,8 +415,12 @@ def _apply_results(conn: Conn, *, batch: list[tuple[Job, JobResult]], now: datet
     done: list[int] = []
     failed: list[tuple[int, str]] = []
     retries: list[tuple[int, datetime, str]] = []
+    deferred: list[tuple[int, datetime]] = []
     batched: dict[Callable[[Conn, list[Any], datetime], None], list[Any]] = {}
     for job, result in batch:
+        if isinstance(result, Defer):
+            deferred.append((job.id, now + result.after))
+            continue
         if isinstance(result.effect, BatchedEffect):
             batched.setdefault(result.effect.apply, []).append(result.effect.item)
         elif result.effect is not None:
@@ -423,3 +436,4 @@ def _apply_results(conn: Conn, *, batch: list[tuple[Job, JobResult]], now: datet
     queue.complete(conn, done, now)
     queue.fail(conn, failed, now)
     queue.retry(conn, retries)
+    queue.defer(conn, deferred)

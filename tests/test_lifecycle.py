@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from datetime import timedelta
 
+import trio
+
 from bothy_notify.push.port import Outcome, PushMessage, Target
 from tests.harness import Launch, Node, device_token, ev, make_config
 
@@ -208,3 +210,66 @@ async def test_a_token_handed_to_another_person_gets_no_push_of_the_former_owner
     await retry_all(node)
     assert provider.count("tok") == 1
     assert node.skipped("no_registration") == 1
+
+
+class StalledProvider:
+    """Accepts sends and never answers (until the test ends)."""
+
+    name = "stall"
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    async def send(self, target: Target, message: PushMessage) -> Outcome:
+        self.started += 1
+        await trio.sleep_forever()
+        raise AssertionError("never answers")  # pragma: no cover
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_stalled_provider_gives_runner_slots_back_instead_of_holding_them(
+    launch: Launch,
+) -> None:
+    fake, stalled = ScriptedProvider(), StalledProvider()
+    node = await launch(
+        providers={"fake": fake, "stall": stalled},
+        config=make_config(jobs={"concurrency": 4}, push={"max_in_flight": 2}),
+    )
+    await node.append(
+        ev("user.upserted", user_id="alex", kind="human", active=True),
+        ev("user.upserted", user_id="sam", kind="human", active=True),
+        ev("thread.upserted", thread_id="t1", space_id="s1"),
+        ev("member.added", user_id="alex", scope_id="s1"),
+        ev("member.added", user_id="sam", scope_id="s1"),
+        ev("thread.followed", user_id="alex", thread_id="t1", level="all"),
+    )
+    for i in range(6):
+        await node.register("alex", f"alex-{i}", f"stalled-{i}", provider="stall")
+    await node.register("sam", "sams-phone", "sam-token")
+    # Six sends to the stalled provider fill its two permits and the runner's slots...
+    await node.append(message(1))
+    with trio.fail_after(10):
+        while stalled.started < 2:
+            await trio.sleep(0.01)
+    # ...yet a mention for Sam on the healthy provider still goes out.
+    await node.append(
+        ev(
+            "message.created",
+            thread_id="t1",
+            message_id="m2",
+            thread_seq=2,
+            author_id="alex",
+            mentions=["sam"],
+        )
+    )
+    with trio.fail_after(10):
+        while fake.count("sam-token") == 0:
+            await trio.sleep(0.01)
+    assert stalled.started == 2
+    deferred = await node.sql(
+        "SELECT count(*) FROM bothy.jobs WHERE state = 'available' AND attempt = 0"
+        " AND args->>'user_id' = 'alex'"
+    )
+    assert deferred[0][0] >= 1

@@ -8,6 +8,7 @@ safety bound is ``transient`` (each provider already bounds every request to
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -45,14 +46,36 @@ class Providers:
         return {name: int(lim.borrowed_tokens) for name, lim in self._limiters.items()}
 
     async def send(self, target: Target, message: PushMessage) -> Outcome:
-        """Send through the target's provider; an unconfigured provider is ``rejected``."""
+        """Send through the target's provider; an unconfigured provider is ``rejected``.
+
+        Waits for a permit of the provider's channel as long as it takes.
+        """
+        outcome = await self.try_send(target, message, permit_wait=math.inf)
+        assert outcome is not None
+        return outcome
+
+    async def try_send(
+        self, target: Target, message: PushMessage, *, permit_wait: float
+    ) -> Outcome | None:
+        """Like :meth:`send`, but ``None`` when no permit frees within ``permit_wait`` s.
+
+        The job runner uses this so that jobs of a stalled provider go back to
+        the queue instead of holding the runner's slots, which every provider shares.
+        """
         provider = self._providers.get(target.provider)
         if provider is None:
             return Outcome.rejected("provider_not_configured")
-        async with self._limiters[target.provider]:
+        limiter = self._limiters[target.provider]
+        with trio.move_on_after(permit_wait) as waiting:
+            await limiter.acquire()
+        if waiting.cancelled_caught:
+            return None
+        try:
             with trio.move_on_after(SEND_BOUND.total_seconds()):
                 return await provider.send(target, message)
-        return Outcome.transient("timeout")
+            return Outcome.transient("timeout")
+        finally:
+            limiter.release()
 
     async def aclose(self) -> None:
         for provider in self._providers.values():

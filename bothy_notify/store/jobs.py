@@ -243,6 +243,18 @@ def renew(conn: Conn, ids: Sequence[int], until: datetime) -> None:
         )
 
 
+def defer(conn: Conn, deferred: Sequence[tuple[int, datetime]]) -> None:
+    """Put running jobs back for later without counting their attempt."""
+    if deferred:
+        conn.execute(
+            "UPDATE bothy.jobs j SET state = 'available', scheduled_at = d.s, lease_until = NULL,"
+            " attempt = greatest(j.attempt - 1, 0)"
+            " FROM unnest(%s::bigint[], %s::timestamptz[]) AS d(i, s)"
+            " WHERE j.id = d.i AND j.state = 'running'",
+            ([d[0] for d in deferred], [d[1] for d in deferred]),
+        )
+
+
 def release(conn: Conn, ids: Iterable[int]) -> None:
     """Give back claimed jobs that did not run to the end (shutdown); the attempt is
     not counted."""

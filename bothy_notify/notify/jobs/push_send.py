@@ -17,11 +17,11 @@ registration together with the job's result (token lifecycle, SPEC section 10).
 
 from __future__ import annotations
 
-import logging
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import trio
 
@@ -33,13 +33,16 @@ from bothy_notify.notify.domain import SkipReason, release_delayed
 from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs
 from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
 from bothy_notify.push.registry import Providers
-from bothy_notify.runner import BatchedEffect, Done, JobResult, Report, retry_or_fail
+from bothy_notify.runner import BatchedEffect, Defer, Done, JobResult, Report, retry_or_fail
 from bothy_notify.store import access
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job
 
-log = logging.getLogger("bothy.notify.push_send")
+PERMIT_WAIT = timedelta(seconds=1)
+"""How long a send waits for a permit of its provider's channel before the job goes
+back to the queue (a healthy provider frees permits in milliseconds)."""
+_RANDOM = random.Random()  # noqa: S311 - spreading retries, not cryptography
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +185,15 @@ class PushSendHandler:
             target_id=a.target_id,
             mv=self._mv(),
         )
-        outcome = await self._providers.send(plan.target, message)
+        outcome = await self._providers.try_send(
+            plan.target, message, permit_wait=PERMIT_WAIT.total_seconds()
+        )
+        if outcome is None:
+            # The provider is stalled and all its permits are taken: give the runner
+            # slot back so other providers' sends are not held up behind this one.
+            after = PERMIT_WAIT * (1 + _RANDOM.random())
+            await report(job, Defer(after, "provider_busy"))
+            return
         self._metrics.push_sends.labels(plan.target.provider, outcome.kind.value).inc()
         if outcome.kind is not OutcomeKind.TRANSIENT:
             route = "push_delayed" if a.release_seq > 0 else "push"
@@ -201,16 +212,7 @@ class PushSendHandler:
             self._metrics.registrations_invalidated.labels("dead").inc()
             return Done("dead", lambda c, now: regs.mark_dead(c, reg_id, reason, now))
         if outcome.kind in (OutcomeKind.MISMATCH, OutcomeKind.REJECTED):
-            if outcome.kind is OutcomeKind.MISMATCH:
-                log.warning(
-                    "push provider says the token belongs to another app or environment;"
-                    " check the shipped build's environment and topic, not the device",
-                    extra={
-                        "provider": plan.target.provider,
-                        "environment": plan.target.environment or "unset",
-                        "reason": reason,
-                    },
-                )
+            # A mismatch was logged by its provider, naming the environment and topic.
             return Done(outcome.kind.value, lambda c, now: regs.mark_error(c, reg_id, reason, now))
         max_strikes = self._config.max_strikes
 
