@@ -260,9 +260,13 @@ class JobRunner:
             limit = min(free, self._config.claim_batch)
             now = self._clock.now()
             try:
-                jobs = await self._db.run(
+                jobs, due = await self._db.run(
                     partial(
-                        queue.claim, now=now, limit=limit, lease=self._config.lease, kinds=kinds
+                        queue.claim_and_peek,
+                        now=now,
+                        limit=limit,
+                        lease=self._config.lease,
+                        kinds=kinds,
                     )
                 )
             except (StoreError, psycopg.Error):
@@ -271,14 +275,11 @@ class JobRunner:
                 continue
             if jobs:
                 self._dispatch(work, jobs)
-                if len(jobs) == limit:
-                    await trio.lowlevel.checkpoint()
-                    continue
+            if len(jobs) == limit:
+                await trio.lowlevel.checkpoint()
                 continue
-            try:
-                due = await self._db.run(lambda c: queue.next_due(c, kinds))
-            except (StoreError, psycopg.Error):
-                due = None
+            # Nothing more is due now: sleep until the next job is, or a new one arrives
+            # (the wake event was taken before the claim, so nothing slips between).
             await self._wait(wake, due)
 
     async def _wait(self, wake: trio.Event, due: datetime | None) -> None:

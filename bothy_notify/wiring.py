@@ -290,6 +290,7 @@ class Daemon:
             live=live,
             metrics=metrics,
             before_commit=self._before_commit,
+            jobs_committed=self.runner.nudge,
         )
         await nursery.start(self._run_round, self.round)
 

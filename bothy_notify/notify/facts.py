@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from bothy_notify.config import Level
 from bothy_notify.notify.domain.model import Device, Window
@@ -47,32 +48,91 @@ UNKNOWN_PERSON = Person(human=False, active=False, categories_off=frozenset())
 """A person the projection has never heard of receives nothing."""
 
 
+_THREADS = (
+    "SELECT thread_id, space_id, channel_id, last_message_seq, unread_floor_seq"
+    " FROM bothy.threads WHERE thread_id = ANY(%s)"
+)
+_FOLLOWS = "SELECT thread_id, user_id, level FROM bothy.follows WHERE thread_id = ANY(%s)"
+_ACCESS = (
+    "SELECT m.user_id, t.thread_id FROM bothy.threads t JOIN bothy.members m"
+    " ON m.scope_id IN (t.thread_id, t.channel_id, t.space_id)"
+    " WHERE t.thread_id = ANY(%s) AND m.user_id = ANY(%s)"
+)
+_READS = (
+    "SELECT r.user_id, r.thread_id, r.last_read_seq FROM bothy.read_states r"
+    " JOIN unnest(%s::text[], %s::text[]) AS k(user_id, thread_id)"
+    " ON r.user_id = k.user_id AND r.thread_id = k.thread_id"
+)
+_PEOPLE = (
+    "SELECT u.user_id, u.kind, u.active, p.categories"
+    " FROM bothy.users u LEFT JOIN bothy.preferences p USING (user_id)"
+    " WHERE u.user_id = ANY(%s)"
+)
+# A device without a row counts as active (its row may still be on its way).
+_DEVICES = (
+    "SELECT r.user_id, r.device_id, coalesce(d.platform, 'web'), r.id"
+    " FROM bothy.push_registrations r"
+    " LEFT JOIN bothy.devices d ON d.device_id = r.device_id"
+    " WHERE r.user_id = ANY(%s) AND r.invalidated_at IS NULL"
+    "   AND coalesce(d.state, 'active') = 'active'"
+    " ORDER BY r.user_id, r.device_id, r.id"
+)
+_WINDOWS = (
+    "SELECT w.user_id, w.thread_id, w.opened_at, w.closes_at, w.count, w.first_seq,"
+    " w.newest_seq, w.newest_message_id, w.mention FROM bothy.hint_windows w"
+    " JOIN unnest(%s::text[], %s::text[]) AS k(user_id, thread_id)"
+    " ON w.user_id = k.user_id AND w.thread_id = k.thread_id"
+)
+_LEVELS = {level.value: level for level in Level}
+
+Rows = list[tuple[Any, ...]]
+
+
+def _threads(rows: Rows) -> dict[str, ThreadInfo]:
+    return {r[0]: ThreadInfo.of(*r) for r in rows}
+
+
+def _follows(rows: Rows) -> dict[str, dict[str, Level]]:
+    out: dict[str, dict[str, Level]] = defaultdict(dict)
+    levels = _LEVELS
+    for thread_id, user_id, level in rows:
+        out[thread_id][user_id] = levels[level]
+    return out
+
+
+def _people(rows: Rows) -> dict[str, Person]:
+    out: dict[str, Person] = {}
+    for user_id, kind, active, categories in rows:
+        off = frozenset(k for k, v in (categories or {}).items() if v is False)
+        out[user_id] = Person(human=kind == "human", active=active, categories_off=off)
+    return out
+
+
+def _devices(rows: Rows) -> dict[str, tuple[Device, ...]]:
+    per_device: dict[tuple[str, str], tuple[str, list[str]]] = {}
+    for user_id, device_id, platform, reg_id in rows:
+        per_device.setdefault((user_id, device_id), (platform, []))[1].append(reg_id)
+    out: dict[str, list[Device]] = defaultdict(list)
+    for (user_id, device_id), (platform, regs) in per_device.items():
+        out[user_id].append(Device(device_id, platform, tuple(regs)))
+    return {u: tuple(ds) for u, ds in out.items()}
+
+
+def _windows(rows: Rows) -> dict[tuple[str, str], Window]:
+    return {(r[0], r[1]): Window(*r[2:]) for r in rows}
+
+
 def threads(conn: Conn, thread_ids: Collection[str]) -> dict[str, ThreadInfo]:
     if not thread_ids:
         return {}
-    rows = conn.execute(
-        "SELECT thread_id, space_id, channel_id, last_message_seq, unread_floor_seq"
-        " FROM bothy.threads WHERE thread_id = ANY(%s)",
-        (list(thread_ids),),
-    ).fetchall()
-    return {r[0]: ThreadInfo.of(*r) for r in rows}
+    return _threads(conn.execute(_THREADS, (list(thread_ids),)).fetchall())
 
 
 def follow_rows(conn: Conn, thread_ids: Collection[str]) -> dict[str, dict[str, Level]]:
     """Every stored follow level of these threads: thread -> user -> level."""
-    out: dict[str, dict[str, Level]] = defaultdict(dict)
-    if thread_ids:
-        rows = conn.execute(
-            "SELECT thread_id, user_id, level FROM bothy.follows WHERE thread_id = ANY(%s)",
-            (list(thread_ids),),
-        ).fetchall()
-        levels = _LEVELS
-        for thread_id, user_id, level in rows:
-            out[thread_id][user_id] = levels[level]
-    return out
-
-
-_LEVELS = {level.value: level for level in Level}
+    if not thread_ids:
+        return defaultdict(dict)
+    return _follows(conn.execute(_FOLLOWS, (list(thread_ids),)).fetchall())
 
 
 def members_of_scopes(conn: Conn, scope_ids: Collection[str]) -> dict[str, set[str]]:
@@ -82,100 +142,74 @@ def members_of_scopes(conn: Conn, scope_ids: Collection[str]) -> dict[str, set[s
         for scope_id, user_id in conn.execute(
             "SELECT scope_id, user_id FROM bothy.members WHERE scope_id = ANY(%s)",
             (list(scope_ids),),
-        ):
+        ).fetchall():
             out[scope_id].add(user_id)
     return out
 
 
-def people(conn: Conn, user_ids: Collection[str]) -> dict[str, Person]:
-    if not user_ids:
-        return {}
-    rows = conn.execute(
-        "SELECT u.user_id, u.kind, u.active, p.categories"
-        " FROM bothy.users u LEFT JOIN bothy.preferences p USING (user_id)"
-        " WHERE u.user_id = ANY(%s)",
-        (list(user_ids),),
-    ).fetchall()
-    out: dict[str, Person] = {}
-    for user_id, kind, active, categories in rows:
-        off = frozenset(k for k, v in (categories or {}).items() if v is False)
-        out[user_id] = Person(human=kind == "human", active=active, categories_off=off)
-    return out
+@dataclass(frozen=True, slots=True)
+class GroupFacts:
+    """Everything a group of hints needs, read at one point of the round.
 
-
-def memberships(
-    conn: Conn, user_ids: Collection[str], scope_ids: Collection[str]
-) -> set[tuple[str, str]]:
-    """(user, scope) pairs among these users and scopes."""
-    if not user_ids or not scope_ids:
-        return set()
-    return {
-        (r[0], r[1])
-        for r in conn.execute(
-            "SELECT user_id, scope_id FROM bothy.members"
-            " WHERE user_id = ANY(%s) AND scope_id = ANY(%s)",
-            (list(user_ids), list(scope_ids)),
-        )
-    }
-
-
-def last_reads(conn: Conn, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], int]:
-    """(user, thread) -> last_read_seq for stored rows."""
-    if not pairs:
-        return {}
-    users = [p[0] for p in pairs]
-    thread_ids = [p[1] for p in pairs]
-    return {
-        (r[0], r[1]): r[2]
-        for r in conn.execute(
-            "SELECT r.user_id, r.thread_id, r.last_read_seq FROM bothy.read_states r"
-            " JOIN unnest(%s::text[], %s::text[]) AS k(user_id, thread_id)"
-            " ON r.user_id = k.user_id AND r.thread_id = k.thread_id",
-            (users, thread_ids),
-        )
-    }
-
-
-def devices(conn: Conn, user_ids: Collection[str]) -> dict[str, tuple[Device, ...]]:
-    """user -> active devices that hold active registrations, with those registrations.
-
-    A device without a row counts as active (its row may still be on its way).
+    Attributes:
+        infos: thread -> its place and sequences.
+        follows: thread -> user -> stored follow level.
+        readable: (user, thread) pairs with read access now.
+        reads: (user, thread) -> stored ``last_read_seq``.
+        people: user -> kind, active, categories switched off.
+        devices: user -> active devices with active registrations.
+        windows: (user, thread) -> stored coalescing window.
     """
-    if not user_ids:
-        return {}
-    per_device: dict[tuple[str, str], tuple[str, list[str]]] = {}
-    for user_id, device_id, platform, reg_id in conn.execute(
-        "SELECT r.user_id, r.device_id, coalesce(d.platform, 'web'), r.id"
-        " FROM bothy.push_registrations r"
-        " LEFT JOIN bothy.devices d ON d.device_id = r.device_id"
-        " WHERE r.user_id = ANY(%s) AND r.invalidated_at IS NULL"
-        "   AND coalesce(d.state, 'active') = 'active'"
-        " ORDER BY r.user_id, r.device_id, r.id",
-        (list(user_ids),),
-    ):
-        per_device.setdefault((user_id, device_id), (platform, []))[1].append(reg_id)
-    out: dict[str, list[Device]] = defaultdict(list)
-    for (user_id, device_id), (platform, regs) in per_device.items():
-        out[user_id].append(Device(device_id, platform, tuple(regs)))
-    return {u: tuple(ds) for u, ds in out.items()}
+
+    infos: dict[str, ThreadInfo]
+    follows: dict[str, dict[str, Level]]
+    readable: set[tuple[str, str]]
+    reads: dict[tuple[str, str], int]
+    people: dict[str, Person]
+    devices: dict[str, tuple[Device, ...]]
+    windows: dict[tuple[str, str], Window]
 
 
-def windows(conn: Conn, pairs: Collection[tuple[str, str]]) -> dict[tuple[str, str], Window]:
-    """(user, thread) -> the stored coalescing window."""
-    if not pairs:
-        return {}
-    users = [p[0] for p in pairs]
-    thread_ids = [p[1] for p in pairs]
-    out: dict[tuple[str, str], Window] = {}
-    for row in conn.execute(
-        "SELECT w.user_id, w.thread_id, w.opened_at, w.closes_at, w.count, w.first_seq,"
-        " w.newest_seq, w.newest_message_id, w.mention FROM bothy.hint_windows w"
-        " JOIN unnest(%s::text[], %s::text[]) AS k(user_id, thread_id)"
-        " ON w.user_id = k.user_id AND w.thread_id = k.thread_id",
-        (users, thread_ids),
-    ):
-        out[(row[0], row[1])] = Window(*row[2:])
-    return out
+def load_group(
+    conn: Conn,
+    *,
+    users: Collection[str],
+    pairs: Collection[tuple[str, str]],
+    follows: dict[str, dict[str, Level]] | None,
+    with_windows: bool,
+) -> GroupFacts:
+    """Read a group's facts with every query in one pipeline (one round trip).
+
+    ``pairs`` are the (recipient, thread) pairs of hints with a thread;
+    ``follows`` may be passed when the caller read them already.
+    """
+    user_list = list(users)
+    thread_list = sorted({t for _u, t in pairs})
+    pair_users = [p[0] for p in pairs]
+    pair_threads = [p[1] for p in pairs]
+    with conn.pipeline():
+        c_threads = conn.execute(_THREADS, (thread_list,)) if thread_list else None
+        c_follows = (
+            conn.execute(_FOLLOWS, (thread_list,)) if thread_list and follows is None else None
+        )
+        c_access = conn.execute(_ACCESS, (thread_list, user_list)) if thread_list else None
+        c_reads = conn.execute(_READS, (pair_users, pair_threads)) if pairs else None
+        c_people = conn.execute(_PEOPLE, (user_list,))
+        c_devices = conn.execute(_DEVICES, (user_list,))
+        c_windows = (
+            conn.execute(_WINDOWS, (pair_users, pair_threads)) if pairs and with_windows else None
+        )
+    return GroupFacts(
+        infos=_threads(c_threads.fetchall()) if c_threads else {},
+        follows=follows
+        if follows is not None
+        else (_follows(c_follows.fetchall()) if c_follows else defaultdict(dict)),
+        readable={(r[0], r[1]) for r in c_access.fetchall()} if c_access else set(),
+        reads={(r[0], r[1]): r[2] for r in c_reads.fetchall()} if c_reads else {},
+        people=_people(c_people.fetchall()),
+        devices=_devices(c_devices.fetchall()),
+        windows=_windows(c_windows.fetchall()) if c_windows else {},
+    )
 
 
 def save_windows(conn: Conn, changed: Iterable[tuple[str, str, Window]]) -> None:
@@ -206,3 +240,43 @@ def save_windows(conn: Conn, changed: Iterable[tuple[str, str, Window]]) -> None
                 " newest_message_id = EXCLUDED.newest_message_id, mention = EXCLUDED.mention",
                 rows,
             )
+
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """What a send job checks about its recipient at send time.
+
+    Attributes:
+        allowed: an active human who may read the thread now (no thread: an
+            active human).
+        space_id, channel_id: the thread's current place (it may have moved).
+        read_position: ``max(last_read_seq, unread_floor_seq)``; 0 without a thread.
+    """
+
+    allowed: bool
+    space_id: str | None
+    channel_id: str | None
+    read_position: int
+
+
+def reach_now(
+    conn: Conn, pairs: Collection[tuple[str, str | None]]
+) -> dict[tuple[str, str | None], Reach]:
+    """:class:`Reach` for every (recipient, thread or ``None``) pair, in one query."""
+    if not pairs:
+        return {}
+    keys = list(pairs)
+    rows = conn.execute(
+        "SELECT k.u, k.t,"
+        " coalesce(p.kind = 'human' AND p.active, false) AND (k.t IS NULL OR EXISTS ("
+        "   SELECT 1 FROM bothy.members m WHERE m.user_id = k.u"
+        "   AND m.scope_id IN (t.thread_id, t.channel_id, t.space_id))),"
+        " t.space_id, t.channel_id,"
+        " greatest(coalesce(r.last_read_seq, 0), coalesce(t.unread_floor_seq, 0))"
+        " FROM unnest(%s::text[], %s::text[]) AS k(u, t)"
+        " LEFT JOIN bothy.users p ON p.user_id = k.u"
+        " LEFT JOIN bothy.threads t ON t.thread_id = k.t"
+        " LEFT JOIN bothy.read_states r ON r.user_id = k.u AND r.thread_id = k.t",
+        ([k[0] for k in keys], [k[1] for k in keys]),
+    ).fetchall()
+    return {(r[0], r[1]): Reach(bool(r[2]), r[3], r[4], int(r[5])) for r in rows}

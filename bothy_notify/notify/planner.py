@@ -103,25 +103,27 @@ class Decider:
         items: Sequence[tuple[Hint, Sequence[str], datetime]],
         *,
         windows_on: bool = True,
+        follows: dict[str, dict[str, Level]] | None = None,
     ) -> None:
-        """Decide each (hint, recipients, appended_at) in order, with facts read once."""
+        """Decide each (hint, recipients, appended_at) in order, with facts read once.
+
+        ``follows`` are the stored follow levels of the items' threads when the
+        caller has read them already.
+        """
         users = {u for _h, recipients, _a in items for u in recipients}
         if not users:
             return
-        thread_ids = {h.thread_id for h, _r, _a in items if h.thread_id}
-        infos = facts.threads(self.conn, thread_ids)
-        follows = facts.follow_rows(self.conn, thread_ids)
-        scopes = {s for info in infos.values() for s in info.scopes}
-        member_pairs = facts.memberships(self.conn, users, scopes)
         pairs = {(u, h.thread_id) for h, rs, _a in items if h.thread_id for u in rs}
-        reads = facts.last_reads(self.conn, pairs)
-        people = facts.people(self.conn, users)
-        devices = facts.devices(self.conn, users)
-        windows: dict[tuple[str, str], Window] = (
-            facts.windows(self.conn, pairs)
-            if windows_on and self.policy.coalesce_window.total_seconds() > 0
-            else {}
+        group = facts.load_group(
+            self.conn,
+            users=users,
+            pairs=pairs,
+            follows=follows,
+            with_windows=windows_on and self.policy.coalesce_window.total_seconds() > 0,
         )
+        infos, readable, reads = group.infos, group.readable, group.reads
+        people, devices, windows = group.people, group.devices, group.windows
+        follows = group.follows
         presence = self.presence.entries(users)
         changed: dict[tuple[str, str], Window] = {}
         default_level = self.config.notify.default_level
@@ -144,7 +146,7 @@ class Decider:
                     elif info is None:
                         access, level, read_pos = False, default_level, 0
                     else:
-                        access = any((user, s) in member_pairs for s in info.scopes)
+                        access = (user, hint.thread_id) in readable
                         level = follows.get(hint.thread_id, {}).get(user, default_level)
                         read_pos = max(reads.get((user, hint.thread_id), 0), info.unread_floor_seq)
                     recipient = RecipientFacts(
@@ -327,4 +329,4 @@ class RoundPlanner:
                     candidates.update(u for u in members.get(scope, ()) if u not in stored)
             candidates.discard(hint.actor_id or "")
             items.append((hint, sorted(candidates), event.occurred_at))
-        self.decider.decide_group(items)
+        self.decider.decide_group(items, follows=follows)

@@ -58,6 +58,9 @@ class ConsumerRound:
         live: how gateway and delayed routes become jobs.
         metrics: the metrics registry.
         before_commit: test seam, called inside the transaction just before commit.
+        jobs_committed: called (in the Trio thread) after a round committed jobs; the
+            wiring nudges this node's job runner with it, so a due job starts without
+            waiting for its ``NOTIFY`` to come back from the database.
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class ConsumerRound:
         live: LiveRoutes,
         metrics: Metrics,
         before_commit: Callable[[RoundOutcome], None] | None = None,
+        jobs_committed: Callable[[], None] | None = None,
     ) -> None:
         self._url = database_url
         self._config = config
@@ -78,6 +82,8 @@ class ConsumerRound:
         self._live = live
         self._metrics = metrics
         self._before_commit = before_commit
+        self._jobs_committed = jobs_committed
+        self._committed_jobs = 0
         self._limiter = trio.CapacityLimiter(1)
         self.is_holder = False
         self.rounds = 0
@@ -135,6 +141,8 @@ class ConsumerRound:
         while True:
             consumed, blocked = await self._thread(self._round_once, conn)
             self.last_progress = time.monotonic()
+            if self._committed_jobs and self._jobs_committed is not None:
+                self._jobs_committed()
             if time.monotonic() - last_lag >= poll:
                 last_lag = time.monotonic()
                 await self._thread(self._sample_lag, conn)
@@ -144,8 +152,9 @@ class ConsumerRound:
             if blocked:
                 await trio.sleep(_BLOCKED_RETRY)
                 continue
-            if consumed == 0:
-                await self._wait_for_events(conn, poll)
+            # A short batch drained the log. Appends that committed meanwhile left their
+            # NOTIFY queued on this connection, so the wait returns at once for them.
+            await self._wait_for_events(conn, poll)
 
     async def _wait_for_events(self, conn: Conn, poll: float) -> None:
         deadline = time.monotonic() + poll
@@ -157,6 +166,7 @@ class ConsumerRound:
     def _round_once(self, conn: Conn) -> tuple[int, bool]:
         """One transaction: batch, projections, decisions, jobs, cursor. Blocking."""
         now = self._clock.now()
+        self._committed_jobs = 0
         with conn.transaction():
             cursor = eventlog.load_cursor(conn, lock=True)
             batch = eventlog.read_batch(conn, cursor, self._config.notify.batch_size)
@@ -173,6 +183,7 @@ class ConsumerRound:
             if self._before_commit is not None:
                 self._before_commit(outcome)
         self.rounds += 1
+        self._committed_jobs = outcome.jobs
         self._record(len(batch), outcome)
         return len(batch), False
 

@@ -13,7 +13,7 @@ States: ``available`` -> ``running`` -> ``completed`` | ``failed``, or back to
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -71,12 +71,13 @@ keep the database busy while the caller decides."""
 class JobWriter:
     """Inserts jobs in the caller's transaction, as fast as the database takes them.
 
-    Jobs without a unique key go in with ``COPY``. Inside :meth:`stream` the
-    ``COPY`` is open and each job is sent as it is added, so the database
-    ingests on its own core while the caller is still deciding; outside it,
-    jobs are buffered until :meth:`finish`. Jobs with a unique key are inserted
-    at :meth:`finish` with ``ON CONFLICT DO NOTHING``. No other statement may
-    run on the connection while a stream is open.
+    Jobs without a unique key go in with ``COPY``. Inside :meth:`stream`, once
+    enough jobs have gathered, a ``COPY`` opens and jobs are sent in chunks as
+    they are added, so the database ingests on its own core while the caller
+    is still deciding; small amounts wait for :meth:`finish` and go in one
+    ``COPY`` there. Jobs with a unique key are inserted at :meth:`finish` with
+    ``ON CONFLICT DO NOTHING``. No other statement may run on the connection
+    inside a stream.
 
     Args are JSON objects of IDs and integers; they are encoded with orjson and
     escaped for the ``COPY`` text format.
@@ -89,10 +90,11 @@ class JobWriter:
         self._now_text = now.isoformat()
         self._now = now
         self._times: dict[datetime, str] = {now: self._now_text}
-        self._pending: list[str] = []
+        self._lines: list[str] = []
         self._keyed: list[JobSpec] = []
+        self._streaming = False
+        self._open: ExitStack | None = None
         self._copy: Copy | None = None
-        self._chunk: list[str] = []
         self.added = 0
 
     def __repr__(self) -> str:
@@ -100,19 +102,19 @@ class JobWriter:
 
     @contextmanager
     def stream(self) -> Iterator[None]:
-        """Keep a ``COPY`` open for the duration: added jobs are sent at once."""
-        with self._conn.cursor() as cur, cur.copy(self._COPY) as copy:
-            self._copy = copy
-            try:
-                if self._pending:
-                    copy.write("".join(self._pending))
-                    self._pending.clear()
-                yield
-                if self._chunk:
-                    copy.write("".join(self._chunk))
-                    self._chunk.clear()
-            finally:
-                self._copy = None
+        """While open, full chunks of jobs are sent to ``COPY`` as they are added."""
+        self._streaming = True
+        try:
+            yield
+        except BaseException as exc:
+            if self._open is not None:
+                self._open.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        else:
+            self._close_copy()
+        finally:
+            self._streaming = False
+            self._open = self._copy = None
 
     def add(self, spec: JobSpec) -> None:
         self.added += 1
@@ -123,27 +125,38 @@ class JobWriter:
         if when is None:
             when = self._times[spec.scheduled_at] = spec.scheduled_at.isoformat()
         args = orjson.dumps(spec.args).decode().replace("\\", "\\\\")
-        line = f"{spec.kind}\t{args}\t{when}\t{spec.max_attempts}\t{self._now_text}\n"
-        if self._copy is None:
-            self._pending.append(line)
-            return
-        self._chunk.append(line)
-        if len(self._chunk) >= _COPY_CHUNK_ROWS:
-            self._copy.write("".join(self._chunk))
-            self._chunk.clear()
+        self._lines.append(f"{spec.kind}\t{args}\t{when}\t{spec.max_attempts}\t{self._now_text}\n")
+        if self._streaming and len(self._lines) >= _COPY_CHUNK_ROWS:
+            self._send_lines()
 
     def extend(self, specs: Iterable[JobSpec]) -> None:
         for spec in specs:
             self.add(spec)
 
+    def _send_lines(self) -> None:
+        if self._copy is None:
+            stack = ExitStack()
+            cursor = stack.enter_context(self._conn.cursor())
+            self._copy = stack.enter_context(cursor.copy(self._COPY))
+            self._open = stack
+        self._copy.write("".join(self._lines))
+        self._lines.clear()
+
+    def _close_copy(self) -> None:
+        if self._open is not None:
+            if self._lines:
+                self._send_lines()
+            stack, self._open, self._copy = self._open, None, None
+            stack.close()
+
     def finish(self) -> int:
-        """Insert what is buffered and the keyed jobs; wake runners at commit.
+        """Insert what is still buffered and the keyed jobs; wake runners at commit.
 
         Returns how many jobs are new (keyed duplicates are not).
         """
-        if self._pending:
-            with self.stream():
-                pass
+        if self._lines:
+            self._send_lines()
+            self._close_copy()
         inserted = self.added - len(self._keyed)
         if self._keyed:
             keyed, self._keyed = self._keyed, []
@@ -192,6 +205,15 @@ def claim(
     jobs = [Job(*r) for r in rows]
     jobs.sort(key=lambda j: (j.scheduled_at, j.id))
     return jobs
+
+
+def claim_and_peek(
+    conn: Conn, now: datetime, limit: int, lease: timedelta, kinds: Sequence[str]
+) -> tuple[list[Job], datetime | None]:
+    """:func:`claim`, and when it found fewer than ``limit`` jobs, :func:`next_due` too
+    (one worker-thread hop instead of two)."""
+    jobs = claim(conn, now=now, limit=limit, lease=lease, kinds=kinds)
+    return jobs, next_due(conn, kinds) if len(jobs) < limit else None
 
 
 def next_due(conn: Conn, kinds: Sequence[str]) -> datetime | None:

@@ -22,7 +22,7 @@ from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.notify import facts
 from bothy_notify.notify.domain import SkipReason
 from bothy_notify.notify.jobs.args import GATEWAY_SEND, GatewaySendArgs
-from bothy_notify.notify.jobs.push_send import access_now, hint_age_exceeded
+from bothy_notify.notify.jobs.push_send import hint_age_exceeded
 from bothy_notify.runner import Done, Report
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job
@@ -88,23 +88,22 @@ class GatewaySendHandler:
     def _check(
         self, conn: Conn, parsed: dict[int, GatewaySendArgs], now: datetime
     ) -> dict[int, dict[str, str] | SkipReason]:
-        allowed = access_now(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
-        infos = facts.threads(conn, {a.thread_id for a in parsed.values() if a.thread_id})
+        reach = facts.reach_now(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
         out: dict[int, dict[str, str] | SkipReason] = {}
         for job_id, a in parsed.items():
+            now_reach = reach[(a.user_id, a.thread_id)]
             if hint_age_exceeded(a.due_at, now, self._config):
                 out[job_id] = SkipReason.EXPIRED
-            elif (a.user_id, a.thread_id) not in allowed:
+            elif not now_reach.allowed:
                 out[job_id] = SkipReason.NO_ACCESS
             elif a.thread_id is None:
                 out[job_id] = {}
             else:
-                info = infos[a.thread_id]
                 scope = {"thread_id": a.thread_id}
-                if info.space_id:
-                    scope["space_id"] = info.space_id
-                if info.channel_id:
-                    scope["channel_id"] = info.channel_id
+                if now_reach.space_id:
+                    scope["space_id"] = now_reach.space_id
+                if now_reach.channel_id:
+                    scope["channel_id"] = now_reach.channel_id
                 out[job_id] = scope
         return out
 

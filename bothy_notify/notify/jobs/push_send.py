@@ -34,7 +34,6 @@ from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs
 from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
 from bothy_notify.push.registry import Providers
 from bothy_notify.runner import BatchedEffect, Defer, Done, JobResult, Report, retry_or_fail
-from bothy_notify.store import access
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job
@@ -50,32 +49,6 @@ class _Send:
     args: PushSendArgs
     target: Target
     failure_count: int
-
-
-def access_now(conn: Conn, pairs: set[tuple[str, str | None]]) -> set[tuple[str, str | None]]:
-    """The (user, thread) pairs whose user is an active human with access now.
-
-    A pair without a thread needs only an active human (hints without a thread
-    go to that person alone).
-    """
-    users = {u for u, _t in pairs}
-    people = facts.people(conn, users)
-    thread_ids = {t for _u, t in pairs if t}
-    infos = facts.threads(conn, thread_ids)
-    scopes = {s for info in infos.values() for s in info.scopes}
-    members = facts.memberships(conn, users, scopes)
-    ok: set[tuple[str, str | None]] = set()
-    for user, thread in pairs:
-        person = people.get(user, facts.UNKNOWN_PERSON)
-        if not (person.human and person.active):
-            continue
-        if thread is None:
-            ok.add((user, thread))
-            continue
-        info = infos.get(thread)
-        if info is not None and any((user, s) in members for s in info.scopes):
-            ok.add((user, thread))
-    return ok
 
 
 def hint_age_exceeded(due_at_micros: int, now: datetime, config: PushConfig) -> bool:
@@ -129,8 +102,7 @@ class PushSendHandler:
         now: datetime,
     ) -> dict[int, _Send | SkipReason]:
         loaded = regs.load(conn, {a.registration_id for a in parsed.values()})
-        pairs = {(a.user_id, a.thread_id) for a in parsed.values()}
-        allowed = access_now(conn, pairs)
+        reach = facts.reach_now(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
         plans: dict[int, _Send | SkipReason] = {}
         for job_id, a in parsed.items():
             found = loaded.get(a.registration_id)
@@ -144,14 +116,14 @@ class PushSendHandler:
             if hint_age_exceeded(a.due_at, now, self._config):
                 plans[job_id] = SkipReason.EXPIRED
                 continue
-            if (a.user_id, a.thread_id) not in allowed:
+            now_reach = reach[(a.user_id, a.thread_id)]
+            if not now_reach.allowed:
                 plans[job_id] = SkipReason.NO_ACCESS
                 continue
-            if a.release_seq > 0 and a.thread_id is not None:
-                position = access.read_position(conn, a.user_id, a.thread_id)
-                if not release_delayed(a.release_seq, position):
-                    plans[job_id] = SkipReason.READ
-                    continue
+            # The release check reads only the read position, and only for a delayed push.
+            if a.release_seq > 0 and not release_delayed(a.release_seq, now_reach.read_position):
+                plans[job_id] = SkipReason.READ
+                continue
             reg, platform = found
             plans[job_id] = _Send(
                 a,
