@@ -87,10 +87,10 @@ class JobWriter:
 
     def __init__(self, conn: Conn, now: datetime) -> None:
         self._conn = conn
-        self._now_text = now.isoformat()
+        self._now_text = now.isoformat().encode()
         self._now = now
-        self._times: dict[datetime, str] = {now: self._now_text}
-        self._lines: list[str] = []
+        self._times: dict[datetime, bytes] = {now: self._now_text}
+        self._lines: list[bytes] = []
         self._keyed: list[JobSpec] = []
         self._streaming = False
         self._open: ExitStack | None = None
@@ -123,9 +123,14 @@ class JobWriter:
             return
         when = self._times.get(spec.scheduled_at)
         if when is None:
-            when = self._times[spec.scheduled_at] = spec.scheduled_at.isoformat()
-        args = orjson.dumps(spec.args).decode().replace("\\", "\\\\")
-        self._lines.append(f"{spec.kind}\t{args}\t{when}\t{spec.max_attempts}\t{self._now_text}\n")
+            when = self._times[spec.scheduled_at] = spec.scheduled_at.isoformat().encode()
+        args = orjson.dumps(spec.args)
+        if b"\\" in args:  # COPY's text format escapes backslashes; IDs never have one
+            args = args.replace(b"\\", b"\\\\")
+        self._lines.append(
+            b"%s\t%s\t%s\t%d\t%s\n"
+            % (spec.kind.encode(), args, when, spec.max_attempts, self._now_text)
+        )
         if self._streaming and len(self._lines) >= _COPY_CHUNK_ROWS:
             self._send_lines()
 
@@ -139,7 +144,7 @@ class JobWriter:
             cursor = stack.enter_context(self._conn.cursor())
             self._copy = stack.enter_context(cursor.copy(self._COPY))
             self._open = stack
-        self._copy.write("".join(self._lines))
+        self._copy.write(b"".join(self._lines))
         self._lines.clear()
 
     def _close_copy(self) -> None:
