@@ -267,7 +267,8 @@ class JobRunner:
                         limit=limit,
                         lease=self._config.lease,
                         kinds=kinds,
-                    )
+                    ),
+                    transaction=False,  # the claim is one statement; the peek a read
                 )
             except (StoreError, psycopg.Error):
                 log.warning("claiming jobs failed; retrying after the poll interval")

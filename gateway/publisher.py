@@ -70,7 +70,8 @@ class HubPublisher:
             return 0
         if event.resource_kind == RESOURCE_THREAD:
             readable = await self._db.run(
-                partial(queries.may_read, user_id=event.audience, thread_id=event.resource_id)
+                partial(queries.may_read, user_id=event.audience, thread_id=event.resource_id),
+                transaction=False,  # one statement
             )
             if not readable:
                 self._hub.count_dropped(DROP_NOT_ADMITTED)

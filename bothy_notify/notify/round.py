@@ -168,18 +168,19 @@ class ConsumerRound:
         now = self._clock.now()
         self._committed_jobs = 0
         with conn.transaction():
-            cursor = eventlog.load_cursor(conn, lock=True)
-            batch = eventlog.read_batch(conn, cursor, self._config.notify.batch_size)
+            cursor, batch = eventlog.lock_and_read(conn, self._config.notify.batch_size)
             if not batch:
                 return 0, _events_blocked(conn, cursor)
             planner = RoundPlanner(
                 conn, now=now, config=self._config, presence=self._presence, live=self._live
             )
             planner.feed(batch)
-            planner.finish()
-            outcome = planner.outcome
+            planner.writer.flush_copy()  # COPY cannot run in a pipeline
             last = batch[-1]
-            eventlog.save_cursor(conn, eventlog.Cursor(last.xid, last.seq), now)
+            with conn.pipeline():  # the round's last writes in one round trip
+                planner.finish()
+                eventlog.save_cursor(conn, eventlog.Cursor(last.xid, last.seq), now)
+            outcome = planner.outcome
             if self._before_commit is not None:
                 self._before_commit(outcome)
         self.rounds += 1

@@ -162,6 +162,26 @@ def read_batch(conn: Conn, cursor: Cursor, limit: int) -> list[Event]:
     return [Event(*r) for r in rows]
 
 
+def lock_and_read(conn: Conn, limit: int) -> tuple[Cursor, list[Event]]:
+    """Lock the cursor row and read the batch after it, in one statement (the round's
+    first step; the lock keeps a second holder out even if the advisory lock failed)."""
+    rows = conn.execute(
+        "WITH c AS (SELECT xid, seq FROM bothy.consumer_cursor WHERE name = %s FOR UPDATE)"
+        " SELECT c.xid::text::bigint, c.seq, e.seq, e.xid::text::bigint, e.type, e.payload,"
+        " e.occurred_at FROM c LEFT JOIN LATERAL ("
+        "   SELECT seq, xid, type, payload, occurred_at FROM bothy.events"
+        "   WHERE (xid, seq) > (c.xid, c.seq)"
+        "     AND xid < pg_snapshot_xmin(pg_current_snapshot())"
+        "   ORDER BY xid, seq LIMIT %s) e ON true"
+        " ORDER BY e.xid, e.seq",
+        (CURSOR_NAME, limit),
+    ).fetchall()
+    if not rows:
+        raise StoreError("the consumer cursor is missing; run bothy-notify migrate")
+    cursor = Cursor(int(rows[0][0]), int(rows[0][1]))
+    return cursor, [Event(*r[2:]) for r in rows if r[2] is not None]
+
+
 def load_cursor(conn: Conn, *, lock: bool = False) -> Cursor:
     row = conn.execute(
         "SELECT xid::text::bigint, seq FROM bothy.consumer_cursor WHERE name = %s"

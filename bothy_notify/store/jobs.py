@@ -154,14 +154,18 @@ class JobWriter:
             stack, self._open, self._copy = self._open, None, None
             stack.close()
 
+    def flush_copy(self) -> None:
+        """Send every buffered job without a unique key through ``COPY`` now."""
+        if self._lines:
+            self._send_lines()
+            self._close_copy()
+
     def finish(self) -> int:
         """Insert what is still buffered and the keyed jobs; wake runners at commit.
 
         Returns how many jobs are new (keyed duplicates are not).
         """
-        if self._lines:
-            self._send_lines()
-            self._close_copy()
+        self.flush_copy()
         inserted = self.added - len(self._keyed)
         if self._keyed:
             keyed, self._keyed = self._keyed, []
