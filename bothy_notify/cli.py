@@ -132,26 +132,45 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
 def _run(config: Config, role: str | None) -> int:
     from dataclasses import replace
 
-    from bothy_notify.wiring import Daemon
+    from bothy_notify.wiring import Daemon, NodeAddresses
 
     if role is not None:
         config = replace(config, server=replace(config.server, role=Role(role)))
     daemon = Daemon(config, gateway_factory=_gateway_factory())
 
     async def main_task() -> None:
-        async with trio.open_nursery() as nursery:
-            addresses = await nursery.start(daemon.run)
-            print(
-                f"bothy-notify running (role {config.server.role}): API http://{addresses.api}"
-                + (f", gateway ws://{addresses.gateway}/v1/gateway" if addresses.gateway else ""),
-                file=sys.stderr,
-                flush=True,
-            )
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for _ in signals:
-                    print("bothy-notify: shutting down", file=sys.stderr, flush=True)
-                    daemon.request_shutdown()
-                    break
+        # Signals are taken over before anything starts, so a SIGTERM during startup
+        # also ends in a graceful shutdown rather than a killed process.
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def on_signal() -> None:
+                    draining = False
+                    async for _ in signals:
+                        if draining:  # a second signal: stop now (cleanups still run)
+                            print("bothy-notify: stopping now", file=sys.stderr, flush=True)
+                            nursery.cancel_scope.cancel()
+                            return
+                        draining = True
+                        print("bothy-notify: shutting down", file=sys.stderr, flush=True)
+                        daemon.request_shutdown()
+
+                async def run_daemon(*, task_status: trio.TaskStatus[NodeAddresses]) -> None:
+                    await daemon.run(task_status=task_status)
+                    nursery.cancel_scope.cancel()  # stopped: no more signals to wait for
+
+                nursery.start_soon(on_signal)
+                addresses = await nursery.start(run_daemon)
+                print(
+                    f"bothy-notify running (role {config.server.role}): API http://{addresses.api}"
+                    + (
+                        f", gateway ws://{addresses.gateway}/v1/gateway"
+                        if addresses.gateway
+                        else ""
+                    ),
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     try:
         trio.run(main_task)
