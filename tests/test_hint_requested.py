@@ -8,7 +8,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from bothy_notify.notify.catalogue import Catalogue
-from tests.api.fakes import FakeGateway, gateway_factory
+from tests.fake_gateway import FakeGateway, gateway_factory
 from tests.harness import Launch, Node, ev, make_config, producer_token
 
 SOCIAL = make_config(notify={"categories": ["social", "challenges"]})

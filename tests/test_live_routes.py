@@ -7,45 +7,24 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from functools import partial
-from typing import Any
 
 import trio
 
 from bothy_notify.kernel.clock import from_unix_micros
-from bothy_notify.kernel.ephemeral import RecordingPublisher
-from bothy_notify.kernel.presence import PresenceEntry, StaticPresence
+from bothy_notify.kernel.presence import PresenceEntry
 from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler
 from bothy_notify.runner import Done, JobResult
 from bothy_notify.store import jobs as queue
 from bothy_notify.store.jobs import Job
+from tests.fake_gateway import FakeGateway, gateway_factory
 from tests.harness import Launch, Node, device_token, ev, make_config
 
 ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
-class PortsOnlyGateway:
-    """A GatewayService made of the in-memory port implementations."""
-
-    def __init__(self, **_: Any) -> None:
-        self.presence = StaticPresence()
-        self.publisher = RecordingPublisher()
-
-    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started("127.0.0.1:0")
-        await trio.sleep_forever()
-
-    async def close_all(self, code: int) -> None:
-        return None
-
-
-async def start(launch: Launch, **notify: str) -> tuple[Node, PortsOnlyGateway]:
-    gateways: list[PortsOnlyGateway] = []
-
-    def factory(**kwargs: Any) -> PortsOnlyGateway:
-        gateways.append(PortsOnlyGateway(**kwargs))
-        return gateways[-1]
-
-    node = await launch(gateway_factory=factory, config=make_config(notify=notify))
+async def start(launch: Launch, **notify: str) -> tuple[Node, FakeGateway]:
+    gateway = FakeGateway()
+    node = await launch(gateway_factory=gateway_factory(gateway), config=make_config(notify=notify))
     await node.append(
         ev("user.upserted", user_id="alex", kind="human", active=True),
         ev("thread.upserted", thread_id="t1", space_id="s1", channel_id="c1"),
@@ -53,7 +32,7 @@ async def start(launch: Launch, **notify: str) -> tuple[Node, PortsOnlyGateway]:
         ev("thread.followed", user_id="alex", thread_id="t1", level="all"),
     )
     await node.register("alex", "phone", "phone-token")
-    return node, gateways[0]
+    return node, gateway
 
 
 def desktop(focus: tuple[str, ...] = (), idle: bool = False) -> PresenceEntry:

@@ -34,5 +34,20 @@ def invalid(field: str, problem: str) -> ApiError:
     return ApiError(422, "invalid", f"{field}: {problem}")
 
 
+def only_field(body: object, name: str) -> object:
+    """The value of ``name`` in a body that must be an object with exactly that field.
+
+    Raises the 422 that names what is wrong: not an object, an unknown field,
+    the field missing.
+    """
+    if not isinstance(body, dict):
+        raise invalid("(body)", "expected an object")
+    if set(body) - {name}:
+        raise invalid("(body)", "unknown field")
+    if body.get(name) is None:
+        raise invalid(name, "required")
+    return body[name]
+
+
 def too_large(message: str = "the request body is too large") -> ApiError:
     return ApiError(413, "too_large", message)

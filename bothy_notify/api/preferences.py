@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from bothy_notify.api.context import ApiContext, device_claims, read_json
-from bothy_notify.api.errors import invalid
+from bothy_notify.api.errors import invalid, only_field
 from bothy_notify.api.threads import thread_id_of
 from bothy_notify.config import BUILTIN_CATEGORIES, Level
 from bothy_notify.store import preferences as prefs
@@ -58,13 +58,7 @@ async def put_preferences(ctx: ApiContext, request: Request) -> JSONResponse:
 
 
 def _category_changes(ctx: ApiContext, body: Any) -> dict[str, bool]:
-    if not isinstance(body, dict):
-        raise invalid("(body)", "expected an object")
-    if set(body) - {"categories"}:
-        raise invalid("(body)", "unknown field")
-    raw = body.get("categories")
-    if raw is None:
-        raise invalid("categories", "required")
+    raw = only_field(body, "categories")
     if not isinstance(raw, dict):
         raise invalid("categories", "expected an object")
     known = set(known_categories(ctx))
@@ -94,13 +88,7 @@ async def put_follow(ctx: ApiContext, request: Request) -> JSONResponse:
     claims = await device_claims(ctx, request)
     thread_id = thread_id_of(request)
     body = await read_json(request, ctx.config.server.max_body_bytes)
-    if not isinstance(body, dict):
-        raise invalid("(body)", "expected an object")
-    if set(body) - {"level"}:
-        raise invalid("(body)", "unknown field")
-    level = body.get("level")
-    if level is None:
-        raise invalid("level", "required")
+    level = only_field(body, "level")
     if not isinstance(level, str) or level not in {lv.value for lv in Level}:
         raise invalid("level", "expected all, mentions or none")
     await ctx.db.run(

@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from bothy_notify.api.context import ApiContext, device_claims, read_json
-from bothy_notify.api.errors import invalid
+from bothy_notify.api.errors import invalid, only_field
 from bothy_notify.kernel.ids import is_valid_id
 from bothy_notify.store import projections
 
@@ -25,13 +25,7 @@ async def put_read(ctx: ApiContext, request: Request) -> JSONResponse:
     claims = await device_claims(ctx, request)
     thread_id = thread_id_of(request)
     body = await read_json(request, ctx.config.server.max_body_bytes)
-    if not isinstance(body, dict):
-        raise invalid("(body)", "expected an object")
-    if set(body) - {"seq"}:
-        raise invalid("(body)", "unknown field")
-    seq = body.get("seq")
-    if seq is None:
-        raise invalid("seq", "required")
+    seq = only_field(body, "seq")
     if type(seq) is not int or not 0 <= seq <= MAX_SEQ:
         raise invalid("seq", "expected an integer from 0")
     stored = await ctx.db.run(

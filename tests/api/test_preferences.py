@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.api.fakes import FakeGateway, gateway_factory
+from tests.fake_gateway import FakeGateway, gateway_factory
 from tests.harness import Launch, Node, device_token, ev, make_config
 
 SOCIAL = make_config(notify={"categories": ["social"]})
