@@ -87,10 +87,12 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.command == "check-config":
+        from bothy_notify.notify.catalogue import load_catalogue
         from bothy_notify.push.factory import check_providers
 
         try:
             skipped = check_providers(config.push)
+            load_catalogue(config.notify)
         except ConfigError as exc:
             print(f"bothy-notify: {exc}", file=sys.stderr)
             return EXIT_USAGE

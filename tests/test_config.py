@@ -193,3 +193,15 @@ def test_check_config_command(tmp_path: Any, capsys: pytest.CaptureFixture[str])
     bad.write_text('[server]\nrole = "boss"\n')
     assert main(["check-config", "--config", str(bad)]) == 2
     assert "server.role" in capsys.readouterr().err
+
+
+def test_check_config_checks_the_kind_catalogue(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "kinds.toml"
+    bad.write_text(
+        '[notify]\ncategories = ["social"]\n'
+        '[notify.kinds."social:poke"]\ncategory = "social"\ntemplate = "{name} poked you"\n'
+    )
+    assert main(["check-config", "--config", str(bad)]) == 2
+    assert 'notify.kinds."social:poke".template' in capsys.readouterr().err
