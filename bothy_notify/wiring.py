@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import Any, Literal, Protocol, TextIO
+from typing import Literal, Protocol, TextIO
 
 import trio
 
@@ -346,15 +346,6 @@ def _prepare_database(url: str, config: Config) -> Config:
             with conn.transaction():
                 return resolve_store_secrets(config, lambda name: secret_store.get(conn, name))
         return config
-    finally:
-        conn.close()
-
-
-def run_migrations(url: str, progress: Callable[[str], None] | None = None) -> Any:
-    """Apply migrations on ``url`` (``bothy-notify migrate``); blocking."""
-    conn = connect_dedicated(url, autocommit=False)
-    try:
-        return migrate(conn, progress)
     finally:
         conn.close()
 

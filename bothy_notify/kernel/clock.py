@@ -9,7 +9,6 @@ sleeps for a delay.
 from __future__ import annotations
 
 import functools
-import math
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -99,12 +98,6 @@ def to_unix_micros(when: datetime) -> int:
 def from_unix_micros(micros: int) -> datetime:
     """The inverse of :func:`to_unix_micros`."""
     return _EPOCH + timedelta(microseconds=micros)
-
-
-def seconds(delta: timedelta) -> float:
-    """A timedelta as float seconds (``inf`` stays ``inf`` for sentinel use)."""
-    value = delta.total_seconds()
-    return value if math.isfinite(value) else math.inf
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -86,9 +86,7 @@ class ConsumerRound:
         self._committed_jobs = 0
         self._limiter = trio.CapacityLimiter(1)
         self.is_holder = False
-        self.rounds = 0
         self.lock_attempts = 0
-        self.last_progress = time.monotonic()
 
     def __repr__(self) -> str:
         return f"ConsumerRound(holder={self.is_holder})"
@@ -111,7 +109,6 @@ class ConsumerRound:
                     started = True
                     task_status.started()
                 while not held:
-                    self.last_progress = time.monotonic()
                     await trio.sleep(poll)
                     held = await self._try_lock(conn)
                 await self._hold(conn)
@@ -140,7 +137,6 @@ class ConsumerRound:
         last_lag = 0.0
         while True:
             consumed, blocked = await self._thread(self._round_once, conn)
-            self.last_progress = time.monotonic()
             if self._committed_jobs and self._jobs_committed is not None:
                 self._jobs_committed()
             if time.monotonic() - last_lag >= poll:
@@ -183,7 +179,6 @@ class ConsumerRound:
             outcome = planner.outcome
             if self._before_commit is not None:
                 self._before_commit(outcome)
-        self.rounds += 1
         self._committed_jobs = outcome.jobs
         self._record(len(batch), outcome)
         return len(batch), False

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import partial
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 import trio
@@ -20,7 +20,6 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 log = logging.getLogger("bothy.store")
 
 T = TypeVar("T")
-P = ParamSpec("P")
 
 Conn = psycopg.Connection[Any]
 

@@ -150,18 +150,6 @@ def append(conn: Conn, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[
     return [int(r[0]) for r in rows]
 
 
-def read_batch(conn: Conn, cursor: Cursor, limit: int) -> list[Event]:
-    """The next events after ``cursor`` that can no longer be joined by an earlier one."""
-    rows = conn.execute(
-        "SELECT seq, xid::text::bigint, type, payload, occurred_at FROM bothy.events"
-        " WHERE (xid, seq) > (%s::text::xid8, %s)"
-        "   AND xid < pg_snapshot_xmin(pg_current_snapshot())"
-        " ORDER BY xid, seq LIMIT %s",
-        (str(cursor.xid), cursor.seq, limit),
-    ).fetchall()
-    return [Event(*r) for r in rows]
-
-
 def lock_and_read(conn: Conn, limit: int) -> tuple[Cursor, list[Event]]:
     """Lock the cursor row and read the batch after it, in one statement (the round's
     first step; the lock keeps a second holder out even if the advisory lock failed)."""
@@ -180,17 +168,6 @@ def lock_and_read(conn: Conn, limit: int) -> tuple[Cursor, list[Event]]:
         raise StoreError("the consumer cursor is missing; run bothy-notify migrate")
     cursor = Cursor(int(rows[0][0]), int(rows[0][1]))
     return cursor, [Event(*r[2:]) for r in rows if r[2] is not None]
-
-
-def load_cursor(conn: Conn, *, lock: bool = False) -> Cursor:
-    row = conn.execute(
-        "SELECT xid::text::bigint, seq FROM bothy.consumer_cursor WHERE name = %s"
-        + (" FOR UPDATE" if lock else ""),
-        (CURSOR_NAME,),
-    ).fetchone()
-    if row is None:
-        raise StoreError("the consumer cursor is missing; run bothy-notify migrate")
-    return Cursor(int(row[0]), int(row[1]))
 
 
 def save_cursor(conn: Conn, cursor: Cursor, now: datetime) -> None:
@@ -226,7 +203,6 @@ __all__ = [
     "Lag",
     "append",
     "lag",
-    "load_cursor",
-    "read_batch",
+    "lock_and_read",
     "save_cursor",
 ]

@@ -114,10 +114,6 @@ def list_for(conn: Conn, user_id: str) -> list[Registration]:
     return [Registration(*r) for r in rows]
 
 
-def active_for(conn: Conn, user_id: str) -> list[Registration]:
-    return [r for r in list_for(conn, user_id) if r.invalidated_at is None]
-
-
 def delete(conn: Conn, user_id: str, registration_id: str) -> bool:
     """Delete the caller's registration; ``False`` when it is not theirs or gone."""
     return (

@@ -11,7 +11,7 @@ recipient. At least once: the client replaces hints by thread id.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from bothy_notify.config import PushConfig
@@ -50,7 +50,7 @@ class GatewaySendHandler:
         config: PushConfig,
         metrics: Metrics,
         publisher: EphemeralPublisher | None,
-        catalogue_version: object = None,
+        catalogue_version: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._db = db
         self._clock = clock
@@ -118,7 +118,7 @@ class GatewaySendHandler:
             payload["target_id"] = a.target_id
         payload["quiet"] = a.quiet
         payload["count"] = a.count
-        mv = self._mv() if callable(self._mv) else None
+        mv = self._mv()
         if mv is not None:
             payload["mv"] = mv
         return EphemeralEvent(
