@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import TextIO
 
-import psycopg
 import trio
 
 from bothy_notify.auth import mint_token
@@ -24,7 +23,7 @@ from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
 from bothy_notify.push.registry import Providers
 from bothy_notify.store import registrations as regs
 from bothy_notify.store import secrets as secret_store
-from bothy_notify.store.db import Conn, connect_dedicated
+from bothy_notify.store.db import Conn, StoreConflict, connect_dedicated, translate_errors
 from bothy_notify.store.embedded import EmbeddedPostgres
 from bothy_notify.store.migrate import migrate
 
@@ -112,9 +111,9 @@ def secret_set_command(config: Config, name: str, stdin: TextIO, out: TextIO) ->
         try:
             migrate(conn)
             try:
-                with conn.transaction():
+                with translate_errors(), conn.transaction():
                     stored = secret_store.put(conn, name, value)
-            except psycopg.errors.UniqueViolation:
+            except StoreConflict:
                 raise CommandError(
                     "another `secret set` for this name ran at the same time; nothing stored,"
                     " try again"

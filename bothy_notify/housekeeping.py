@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-import psycopg
 import trio
 
 from bothy_notify.config import Config
@@ -76,7 +75,7 @@ class Housekeeper:
                 if time.monotonic() - last_sweep >= SWEEP_EVERY:
                     last_sweep = time.monotonic()
                     await self.sweep_now()
-            except (StoreError, psycopg.Error):
+            except StoreError:
                 log.warning("housekeeping could not reach the database")
             await trio.sleep(tick)
 

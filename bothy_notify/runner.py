@@ -30,14 +30,13 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Protocol
 
-import psycopg
 import trio
 
 from bothy_notify.config import JobsConfig
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.store import jobs as queue
-from bothy_notify.store.db import Conn, Database, StoreError, connect_dedicated
+from bothy_notify.store.db import Conn, Database, StoreError, connect_dedicated, translated
 from bothy_notify.store.jobs import Job
 
 log = logging.getLogger("bothy.runner")
@@ -243,7 +242,7 @@ class JobRunner:
                     try:
                         await self._db.run(lambda c: queue.release(c, ids))
                         log.info("gave back unfinished jobs", extra={"jobs": len(ids)})
-                    except (StoreError, psycopg.Error):
+                    except StoreError:
                         log.warning("could not give back unfinished jobs; their leases will end")
 
     async def _claim_loop(self, work: trio.Nursery) -> None:
@@ -270,7 +269,7 @@ class JobRunner:
                     ),
                     transaction=False,  # the claim is one statement; the peek a read
                 )
-            except (StoreError, psycopg.Error):
+            except StoreError:
                 log.warning("claiming jobs failed; retrying after the poll interval")
                 await trio.sleep(self._poll)
                 continue
@@ -352,7 +351,7 @@ class JobRunner:
             try:
                 await self._db.run(partial(_apply_results, batch=batch, now=now))
                 break
-            except (StoreError, psycopg.Error):
+            except StoreError:
                 log.warning("recording job results failed; retrying")
                 await trio.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -373,15 +372,17 @@ class JobRunner:
             try:
                 conn = await trio.to_thread.run_sync(connect_dedicated, self._url, limiter=limiter)
                 await trio.to_thread.run_sync(
-                    conn.execute, f"LISTEN {queue.JOBS_CHANNEL}", limiter=limiter
+                    translated(conn.execute), f"LISTEN {queue.JOBS_CHANNEL}", limiter=limiter
                 )
                 if not started:
                     started = True
                     task_status.started()
                 while True:
-                    if await trio.to_thread.run_sync(_wait_notify, conn, 0.25, limiter=limiter):
+                    if await trio.to_thread.run_sync(
+                        translated(_wait_notify), conn, 0.25, limiter=limiter
+                    ):
                         self._wake.set()
-            except (StoreError, psycopg.Error):
+            except StoreError:
                 if not started:
                     started = True
                     task_status.started()
@@ -402,7 +403,7 @@ class JobRunner:
             until = self._clock.now() + self._config.lease
             try:
                 await self._db.run(partial(queue.renew, ids=ids, until=until))
-            except (StoreError, psycopg.Error):
+            except StoreError:
                 log.warning("renewing job leases failed")
 
 

@@ -19,10 +19,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-import psycopg
 import trio
 
-from bothy_notify.store.db import Conn, StoreError, connect_dedicated
+from bothy_notify.store.db import Conn, StoreError, connect_dedicated, translated
 from gateway import queries
 from gateway.hub import Hub
 from gateway.protocol import REVOKED
@@ -79,7 +78,7 @@ class RevocationListener:
                 while True:
                     for device_id in await self._thread(_wait_revoked, conn):
                         self._hub.close_device(device_id, REVOKED)
-            except (psycopg.OperationalError, psycopg.InterfaceError, StoreError):
+            except StoreError:
                 log.warning("revocation listener lost its database connection; reconnecting")
                 await trio.sleep(self._retry)
             finally:
@@ -88,7 +87,7 @@ class RevocationListener:
                         await self._thread(conn.close)
 
     async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+        return await trio.to_thread.run_sync(translated(fn), *args, limiter=self._limiter)
 
 
 def _wait_revoked(conn: Conn) -> list[str]:

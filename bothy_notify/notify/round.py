@@ -21,7 +21,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import psycopg
 import trio
 
 from bothy_notify.config import Config
@@ -31,7 +30,7 @@ from bothy_notify.kernel.presence import PresenceView
 from bothy_notify.notify.planner import RoundOutcome, RoundPlanner
 from bothy_notify.notify.routes import LiveRoutes
 from bothy_notify.store import events as eventlog
-from bothy_notify.store.db import Conn, StoreError, connect_dedicated
+from bothy_notify.store.db import Conn, StoreError, connect_dedicated, translated
 
 log = logging.getLogger("bothy.notify.round")
 
@@ -112,7 +111,7 @@ class ConsumerRound:
                     await trio.sleep(poll)
                     held = await self._try_lock(conn)
                 await self._hold(conn)
-            except (psycopg.OperationalError, psycopg.InterfaceError, StoreError):
+            except StoreError:
                 log.warning("consumer round lost its database connection; reconnecting")
                 if not started:
                     started = True
@@ -209,7 +208,7 @@ class ConsumerRound:
         self._metrics.consumer_holder.set(1 if value else 0)
 
     async def _thread(self, fn: Callable[..., Any], *args: object) -> Any:
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+        return await trio.to_thread.run_sync(translated(fn), *args, limiter=self._limiter)
 
 
 def _try_lock(conn: Conn) -> bool:

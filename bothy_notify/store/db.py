@@ -3,15 +3,21 @@
 Errors (module hierarchy)::
 
     StoreError                 the database could not do what was asked
-    └── StoreUnavailable       it could not be reached at all
+    ├── StoreUnavailable       it could not be reached at all (or the connection broke)
+    └── StoreConflict          a uniqueness rule refused a concurrent write
+
+``store`` is the only package that knows psycopg's errors: :meth:`Database.run`
+and :func:`translated` turn every ``psycopg.Error`` into one of these (``raise
+... from exc``), so callers catch :class:`StoreError` only.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from functools import partial
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial, wraps
+from typing import Any, ParamSpec, TypeVar
 
 import psycopg
 import trio
@@ -20,6 +26,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 log = logging.getLogger("bothy.store")
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 Conn = psycopg.Connection[Any]
 
@@ -29,7 +36,40 @@ class StoreError(Exception):
 
 
 class StoreUnavailable(StoreError):
-    """The database cannot be reached."""
+    """The database cannot be reached, or the connection broke."""
+
+
+class StoreConflict(StoreError):
+    """A uniqueness rule refused the write (another writer got there first)."""
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Translate psycopg's errors raised inside the block into :class:`StoreError`.
+
+    A lost or unreachable server becomes :class:`StoreUnavailable`, a unique
+    violation :class:`StoreConflict`, anything else :class:`StoreError`. The
+    message is constant (psycopg's may quote values); the cause is kept.
+    """
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+        raise StoreUnavailable("the database cannot be reached") from exc
+    except psycopg.errors.UniqueViolation as exc:
+        raise StoreConflict("a concurrent write got there first") from exc
+    except psycopg.Error as exc:
+        raise StoreError(f"the database refused the operation ({type(exc).__name__})") from exc
+
+
+def translated(fn: Callable[P, T]) -> Callable[P, T]:
+    """``fn`` with its psycopg errors translated (for work on dedicated connections)."""
+
+    @wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        with translate_errors():
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 class Database:
@@ -66,25 +106,24 @@ class Database:
 
     async def open(self) -> None:
         """Open the pool and wait until one connection works."""
-        try:
+        with translate_errors():
             await trio.to_thread.run_sync(lambda: self._pool.open(wait=True, timeout=30.0))
-        except (PoolTimeout, psycopg.OperationalError) as exc:
-            raise StoreUnavailable("the database cannot be reached") from exc
 
     async def close(self) -> None:
         """Close the pool; waits for connections in use to be returned."""
         await trio.to_thread.run_sync(self._pool.close)
 
     def run_sync(self, fn: Callable[[Conn], T], *, transaction: bool = True) -> T:
-        """Run ``fn(conn)`` on this thread, in one transaction unless told otherwise."""
-        try:
-            with self._pool.connection() as conn:
-                if not transaction:
-                    return fn(conn)
-                with conn.transaction():
-                    return fn(conn)
-        except PoolTimeout as exc:
-            raise StoreUnavailable("no database connection became free") from exc
+        """Run ``fn(conn)`` on this thread, in one transaction unless told otherwise.
+
+        Raises :class:`StoreError` (psycopg's errors translated); a
+        :class:`StoreError` that ``fn`` raises itself passes unchanged.
+        """
+        with translate_errors(), self._pool.connection() as conn:
+            if not transaction:
+                return fn(conn)
+            with conn.transaction():
+                return fn(conn)
 
     async def run(self, fn: Callable[[Conn], T], *, transaction: bool = True) -> T:
         """Run ``fn(conn)`` in a worker thread, in one transaction.
@@ -104,7 +143,7 @@ class Database:
         try:
             with trio.fail_after(5):
                 await self.run(lambda c: c.execute("SELECT 1").fetchone())
-        except (trio.TooSlowError, StoreError, psycopg.Error):
+        except (trio.TooSlowError, StoreError):
             return False
         return True
 
