@@ -334,3 +334,12 @@ def test_the_directory_disappearing_keeps_the_last_good_catalogue_and_is_reporte
     ]
     put(root, "acme/chat/kinds.toml", INVITE)
     assert kinds.refresh() == good and kinds.problems() == ()
+
+
+def test_a_symlinked_app_directory_takes_the_namespace_of_the_link(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "opt" / "chat-kinds"
+    put(elsewhere, "kinds.toml", INVITE)
+    root = tmp_path / "kinds"
+    (root / "acme").mkdir(parents=True)
+    (root / "acme" / "chat").symlink_to(elsewhere, target_is_directory=True)
+    assert codes(live(root).current()) == {"acme/chat:invite"}

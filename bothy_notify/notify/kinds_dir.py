@@ -200,24 +200,46 @@ def scan(root: Path) -> Layout:
     return Layout({ns: tuple(files) for ns, files in apps.items()}, tuple(refused), complete)
 
 
-def read_app(
-    root: Path, namespace: str, files: tuple[FileStamp, ...], categories: frozenset[str]
-) -> AppRead:
-    """Read and check every kinds file of the app ``namespace`` (blocking)."""
-    entries: dict[str, KindEntry] = {}
-    origin: dict[str, str] = {}
-    problems: list[FileProblem] = []
+@dataclass(frozen=True, slots=True)
+class AppFiles:
+    """The bytes of one app's kinds files, before any parsing.
+
+    ``contents`` holds ``(path, bytes)``, or ``(path, error name)`` for a file that
+    could not be read; ``digest`` hashes paths and bytes: equal digests, equal
+    content, so an app whose digest did not change is not parsed again.
+    """
+
+    contents: tuple[tuple[str, bytes | str], ...]
+    digest: str
+
+
+def read_files(root: Path, files: tuple[FileStamp, ...]) -> AppFiles:
+    """Read the bytes of ``files`` (blocking)."""
+    contents: list[tuple[str, bytes | str]] = []
     digest = hashlib.sha256()
     for stamp in files:
-        where = _shown(stamp.path)
         digest.update(stamp.path.encode("utf-8", "surrogateescape") + b"\0")
         try:
             data = (root / stamp.path).read_bytes()
         except OSError as exc:
             digest.update(b"\0unreadable\0")
-            problems.append(FileProblem(where, f"cannot be read ({type(exc).__name__})"))
+            contents.append((stamp.path, type(exc).__name__))
             continue
         digest.update(len(data).to_bytes(8, "big") + data)
+        contents.append((stamp.path, data))
+    return AppFiles(tuple(contents), digest.hexdigest())
+
+
+def check_app(namespace: str, files: AppFiles, categories: frozenset[str]) -> AppRead:
+    """Parse and check the kinds files of the app ``namespace``."""
+    entries: dict[str, KindEntry] = {}
+    origin: dict[str, str] = {}
+    problems: list[FileProblem] = []
+    for path, data in files.contents:
+        where = _shown(path)
+        if isinstance(data, str):
+            problems.append(FileProblem(where, f"cannot be read ({data})"))
+            continue
         try:
             tables = tomllib.loads(data.decode("utf-8"))
         except UnicodeDecodeError:
@@ -245,7 +267,14 @@ def read_app(
                 continue
             origin[code] = where
             entries[code] = entry
-    return AppRead(tuple(entries.values()), tuple(problems), digest.hexdigest())
+    return AppRead(tuple(entries.values()), tuple(problems), files.digest)
+
+
+def read_app(
+    root: Path, namespace: str, files: tuple[FileStamp, ...], categories: frozenset[str]
+) -> AppRead:
+    """Read, parse and check every kinds file of the app ``namespace`` (blocking)."""
+    return check_app(namespace, read_files(root, files), categories)
 
 
 @dataclass(slots=True)
@@ -337,11 +366,12 @@ class LiveCatalogue:
         app = self._apps.get(namespace)
         if app is not None and app.files == files:
             return False
-        read = read_app(root, namespace, files, self._categories)
+        raw = read_files(root, files)
         settled = files if all(f.mtime_ns < racy_before for f in files) else None
-        if app is not None and app.digest == read.digest:
+        if app is not None and app.digest == raw.digest:
             app.files = settled
             return False
+        read = check_app(namespace, raw, self._categories)
         before = app.good if app is not None else ()
         good = before if read.problems else read.entries
         self._apps[namespace] = _App(settled, read.digest, good, read.problems)
