@@ -164,6 +164,7 @@ def test_a_directory_that_cannot_be_a_namespace_is_refused_naming_the_file(
         ('["Invite"]\ncategory = "social"\n', '"Invite": kind code: expected a name'),
         ('["a/b:c/d:e"]\ncategory = "social"\n', '"a/b:c/d:e": kind code: expected a name'),
         ("[oops\n", "not valid TOML"),
+        ("a = " + "[" * 50_000 + "]" * 50_000, "not valid TOML: nested too deeply"),
     ],
 )
 def test_a_bad_kinds_file_is_refused_naming_the_file_and_key(
@@ -177,6 +178,11 @@ def test_a_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     (tmp_path / "acme/chat").mkdir(parents=True)
     (tmp_path / "acme/chat/kinds.toml").write_bytes(b'["invite"]\ncategory = "\xff"\n')
     assert "notify.kinds_dir: acme/chat/kinds.toml: not UTF-8" in refused(tmp_path)
+
+
+def test_a_file_larger_than_a_mebibyte_is_refused_unread(tmp_path: Path) -> None:
+    put(tmp_path, "acme/chat/kinds.toml", INVITE + "#" * (1 << 20))
+    assert "notify.kinds_dir: acme/chat/kinds.toml: larger than 1 MiB" in refused(tmp_path)
 
 
 def test_the_same_kind_in_two_files_of_one_app_is_refused_naming_both(tmp_path: Path) -> None:

@@ -27,13 +27,18 @@ Refused, with the path relative to ``notify.kinds_dir`` named:
   an app directory): move it to ``<publisher>/<app>/``;
 - a file under a directory whose name cannot be a namespace segment
   (``[a-z0-9][a-z0-9_-]{0,31}``);
-- a file that is not UTF-8 TOML, a kind with a bad field (the rules of
-  :func:`~bothy_notify.notify.catalogue.entry_problems`), a key whose code would
-  not have the shape of an app kind, the same key in two files of one app.
+- a file larger than :data:`MAX_FILE_BYTES` or not UTF-8 TOML, a kind with a
+  bad field (the rules of :func:`~bothy_notify.notify.catalogue.entry_problems`),
+  a key whose code would not have the shape of an app kind, the same key in two
+  files of one app.
 
 Names starting with ``.`` (editor and installer temporary files, ``.git``) and
 files not ending in ``.toml`` are ignored, so an installer that writes
-``kinds.toml.tmp`` and renames it is never seen half-written.
+``kinds.toml.tmp`` and renames it is never seen half-written. Symlinks are
+followed; the namespace is still the link's place.
+
+Also written in ``docs/operations.md`` ("The kind catalogue"), with what became
+of the flat layout of earlier releases.
 
 Reload. :meth:`LiveCatalogue.refresh` runs once per ``GET /v1/catalogue``, per
 consumer round and per flush batch (never per hint). It lists the directories
@@ -92,6 +97,9 @@ APP_DEPTH = 3
 """``<publisher>/<app>/<file>``: the only depth a kinds file is read at."""
 MAX_DEPTH = 8
 """How deep the scan looks for misplaced kinds files; also bounds a symlink loop."""
+MAX_FILE_BYTES = 1 << 20
+"""A kinds file larger than this is refused unread: kinds are a few lines each, and a
+stray large file must not be read into memory at every change."""
 RACY_WINDOW_NS = 2_000_000_000
 """A file modified this recently may be written again without its stamp changing
 (timestamp granularity), so its app is read again at the next refresh."""
@@ -204,7 +212,7 @@ def scan(root: Path) -> Layout:
 class AppFiles:
     """The bytes of one app's kinds files, before any parsing.
 
-    ``contents`` holds ``(path, bytes)``, or ``(path, error name)`` for a file that
+    ``contents`` holds ``(path, bytes)``, or ``(path, problem)`` for a file that
     could not be read; ``digest`` hashes paths and bytes: equal digests, equal
     content, so an app whose digest did not change is not parsed again.
     """
@@ -219,11 +227,15 @@ def read_files(root: Path, files: tuple[FileStamp, ...]) -> AppFiles:
     digest = hashlib.sha256()
     for stamp in files:
         digest.update(stamp.path.encode("utf-8", "surrogateescape") + b"\0")
+        if stamp.size > MAX_FILE_BYTES:
+            digest.update(b"\0too large\0" + stamp.size.to_bytes(8, "big"))
+            contents.append((stamp.path, f"larger than {MAX_FILE_BYTES >> 20} MiB"))
+            continue
         try:
             data = (root / stamp.path).read_bytes()
         except OSError as exc:
             digest.update(b"\0unreadable\0")
-            contents.append((stamp.path, type(exc).__name__))
+            contents.append((stamp.path, f"cannot be read ({type(exc).__name__})"))
             continue
         digest.update(len(data).to_bytes(8, "big") + data)
         contents.append((stamp.path, data))
@@ -238,7 +250,7 @@ def check_app(namespace: str, files: AppFiles, categories: frozenset[str]) -> Ap
     for path, data in files.contents:
         where = _shown(path)
         if isinstance(data, str):
-            problems.append(FileProblem(where, f"cannot be read ({data})"))
+            problems.append(FileProblem(where, data))
             continue
         try:
             tables = tomllib.loads(data.decode("utf-8"))
@@ -247,6 +259,9 @@ def check_app(namespace: str, files: AppFiles, categories: frozenset[str]) -> Ap
             continue
         except tomllib.TOMLDecodeError as exc:
             problems.append(FileProblem(where, f"not valid TOML: {exc}"))
+            continue
+        except RecursionError:
+            problems.append(FileProblem(where, "not valid TOML: nested too deeply"))
             continue
         for key, raw in tables.items():
             shown_key = json.dumps(key)
