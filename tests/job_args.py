@@ -16,7 +16,7 @@ from bothy_notify.notify.catalogue import BUILTIN_KINDS, is_app_kind
 
 ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 VERSION_RE = re.compile(r"[0-9a-f]{16}")
-_BUILTIN = {e.kind for e in BUILTIN_KINDS} | {"test"}
+_BUILTIN = {e.kind for e in BUILTIN_KINDS}
 
 
 def assert_ids_and_integers(args: Mapping[str, Any]) -> None:
