@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.command == "check-config":
-        from bothy_notify.notify.catalogue import load_catalogue
+        from bothy_notify.notify.kinds_dir import load_catalogue
         from bothy_notify.push.factory import check_providers
 
         try:

@@ -33,10 +33,11 @@ from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import NoPresence, PresenceView
-from bothy_notify.notify.catalogue import Catalogue, load_catalogue
+from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.notify.jobs.flush import FlushHandler
 from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler
 from bothy_notify.notify.jobs.push_send import PushSendHandler
+from bothy_notify.notify.kinds_dir import LiveCatalogue
 from bothy_notify.notify.planner import RoundOutcome
 from bothy_notify.notify.round import ConsumerRound
 from bothy_notify.notify.routes import FailClosedRoutes, JobLiveRoutes, LiveRoutes
@@ -107,8 +108,10 @@ class Daemon:
         before_commit: test seam of the consumer round.
 
     Raises:
-        ConfigError: the kind catalogue (``notify.kinds``, ``notify.kinds_dir``)
-            is invalid; the message names the key.
+        ConfigError: ``notify.kinds`` is invalid or ``notify.kinds_dir`` is not a
+            directory; the message names the key. (A bad file in the kinds
+            directory does not stop the daemon: it is reported, see
+            :mod:`bothy_notify.notify.kinds_dir`.)
     """
 
     def __init__(
@@ -125,9 +128,9 @@ class Daemon:
     ) -> None:
         self.config = config
         self.spec = ROLE_TABLE[config.server.role]
-        self.catalogue: Catalogue = load_catalogue(config.notify)
         self.clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
+        self.live_catalogue = LiveCatalogue(config.notify, metrics=self.metrics)
         self._database_url = database_url
         self._providers_override = providers
         self._stdout = stdout
@@ -144,6 +147,11 @@ class Daemon:
 
     def __repr__(self) -> str:
         return f"Daemon(role={self.config.server.role.value!r})"
+
+    @property
+    def catalogue(self) -> Catalogue:
+        """The kind catalogue in use, as of its last refresh (no IO)."""
+        return self.live_catalogue.current()
 
     def request_shutdown(self) -> None:
         """Begin a graceful shutdown (SIGINT/SIGTERM)."""
@@ -248,7 +256,13 @@ class Daemon:
         publisher: EphemeralPublisher | None,
     ) -> None:
         config, clock, metrics = self.config, self.clock, self.metrics
-        version = self.catalogue.version
+        catalogue = self.live_catalogue
+
+        # Jobs fix their version when the hint is decided; this is only for jobs
+        # queued by a release that did not.
+        def version() -> str:
+            return catalogue.current().version
+
         handlers: list[JobHandler] = [
             PushSendHandler(
                 db=db,
@@ -256,7 +270,7 @@ class Daemon:
                 clock=clock,
                 config=config.push,
                 metrics=metrics,
-                catalogue_version=lambda: version,
+                catalogue_version=version,
             ),
             GatewaySendHandler(
                 db=db,
@@ -264,10 +278,16 @@ class Daemon:
                 config=config.push,
                 metrics=metrics,
                 publisher=publisher,
-                catalogue_version=lambda: version,
+                catalogue_version=version,
             ),
             FlushHandler(
-                db=db, clock=clock, config=config, presence=presence, live=live, metrics=metrics
+                db=db,
+                clock=clock,
+                config=config,
+                presence=presence,
+                live=live,
+                metrics=metrics,
+                catalogue=catalogue,
             ),
         ]
         self.housekeeper = Housekeeper(db=db, clock=clock, config=config, metrics=metrics)
@@ -291,6 +311,7 @@ class Daemon:
             metrics=metrics,
             before_commit=self._before_commit,
             jobs_committed=self.runner.nudge,
+            catalogue=catalogue,
         )
         await nursery.start(self._run_round, self.round)
 
@@ -332,7 +353,7 @@ class Daemon:
             validator=EventValidator(),
             provider_names=providers.names,
             readiness=readiness,
-            catalogue=self.catalogue,
+            catalogue=self.live_catalogue,
             registration_check=registration_check(providers),
         )
 

@@ -1,5 +1,6 @@
 """The kind catalogue: built-ins, configured kinds, template rules, the content
-version, and ``GET /v1/catalogue``."""
+version, and ``GET /v1/catalogue`` following the kinds directory while the daemon
+runs (the directory's own rules are in ``test_kinds_dir.py``)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from typing import Any
 
 import pytest
 
+from bothy_notify.cli import main
 from bothy_notify.config import ConfigError, NotifyConfig
-from bothy_notify.notify.catalogue import Catalogue, KindEntry, load_catalogue
+from bothy_notify.notify.catalogue import Catalogue, KindEntry
+from bothy_notify.notify.kinds_dir import load_catalogue
 from bothy_notify.wiring import Daemon
-from tests.harness import Launch, device_token, make_config, producer_token
+from tests.harness import Launch, Node, device_token, ev, make_config, producer_token
 
 FRIEND = {"category": "social", "template": "{count} new friend requests"}
 
@@ -96,6 +99,14 @@ def test_a_kind_code_must_be_namespaced() -> None:
         load_catalogue(notify(friend_request={"category": "social"}))
 
 
+def test_a_configured_kind_cannot_take_a_publisher_app_namespace() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_catalogue(notify(**{"acme/chat:invite": {"category": "social"}}))
+    assert 'notify.kinds."acme/chat:invite".kind code: a publisher/app namespace belongs' in str(
+        caught.value
+    )
+
+
 def test_the_daemon_refuses_to_start_with_a_bad_template() -> None:
     config = make_config(
         notify={
@@ -105,72 +116,6 @@ def test_the_daemon_refuses_to_start_with_a_bad_template() -> None:
     )
     with pytest.raises(ConfigError, match=r'notify\.kinds\."social:x"\.template'):
         Daemon(config)
-
-
-def write(directory: Path, name: str, text: str) -> None:
-    (directory / name).write_text(text, encoding="utf-8")
-
-
-def test_a_kinds_directory_adds_kinds_from_every_toml_file(tmp_path: Path) -> None:
-    write(
-        tmp_path,
-        "social.toml",
-        '["social:friend_request"]\ncategory = "social"\n'
-        'template = "{count} requests"\nlink = "app://people/{target_id}"\n',
-    )
-    write(tmp_path, "more.toml", '["social:invite"]\ncategory = "social"\n')
-    write(tmp_path, "README.md", "not a kinds file")
-    config = make_config(notify={"categories": ["social"], "kinds_dir": str(tmp_path)})
-    catalogue = load_catalogue(config.notify)
-    assert catalogue.get("social:invite") == KindEntry("social:invite", "social")
-    assert catalogue.get("social:friend_request") == KindEntry(
-        "social:friend_request", "social", "{count} requests", "app://people/{target_id}"
-    )
-
-
-@pytest.mark.parametrize(
-    ("text", "problem"),
-    [
-        (
-            '["social:x"]\ncategory = "social"\ntemplate = "{who}"\n',
-            'notify.kinds_dir: bad.toml: "social:x".template: placeholder {who}',
-        ),
-        (
-            '["social:x"]\ntemplate = "{count}"\n',
-            'notify.kinds_dir: bad.toml: "social:x".category: required',
-        ),
-        (
-            '["social:x"]\ncategory = "social"\ncolour = "red"\n',
-            'notify.kinds_dir: bad.toml: "social:x".colour: unknown key',
-        ),
-        (
-            '["social:friend_request"]\ncategory = "social"\n',
-            'notify.kinds_dir: bad.toml: "social:friend_request": the kind is already defined in '
-            "notify.kinds",
-        ),
-        ("[oops\n", "notify.kinds_dir: bad.toml: not valid TOML"),
-    ],
-)
-def test_a_bad_kinds_file_is_refused_naming_the_file_and_key(
-    tmp_path: Path, text: str, problem: str
-) -> None:
-    write(tmp_path, "bad.toml", text)
-    config = make_config(
-        notify={
-            "categories": ["social"],
-            "kinds_dir": str(tmp_path),
-            "kinds": {"social:friend_request": FRIEND},
-        }
-    )
-    with pytest.raises(ConfigError) as caught:
-        load_catalogue(config.notify)
-    assert problem in str(caught.value)
-
-
-def test_a_missing_kinds_directory_is_refused(tmp_path: Path) -> None:
-    config = make_config(notify={"kinds_dir": str(tmp_path / "nowhere")})
-    with pytest.raises(ConfigError, match=r"notify\.kinds_dir: not a directory"):
-        load_catalogue(config.notify)
 
 
 SOCIAL_KINDS: dict[str, Any] = {
@@ -229,3 +174,123 @@ async def test_the_catalogue_needs_a_device_token(launch: Launch) -> None:
     assert (await node.request("GET", "/v1/catalogue")).status_code == 401
     response = await node.request("GET", "/v1/catalogue", token=producer_token())
     assert response.status_code == 401
+
+
+# The catalogue follows notify.kinds_dir while the daemon runs.
+
+INVITE = '["invite"]\ncategory = "social"\ntemplate = "{count} invitations"\n'
+
+
+def kinds_dir_config(root: Path) -> Any:
+    return make_config(notify={"categories": ["social"], "kinds_dir": str(root)})
+
+
+def put(root: Path, rel: str, text: str) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+async def fetch(node: Node, etag: str | None = None) -> Any:
+    headers = {"If-None-Match": etag} if etag else {}
+    return await node.request(
+        "GET", "/v1/catalogue", token=device_token("alex", "phone"), headers=headers
+    )
+
+
+async def test_get_catalogue_follows_a_kinds_file_added_changed_and_removed(
+    launch: Launch, tmp_path: Path
+) -> None:
+    node = await launch(config=kinds_dir_config(tmp_path))
+    before = await fetch(node)
+    assert "acme/chat:invite" not in before.json()["kinds"]
+
+    path = put(tmp_path, "acme/chat/kinds.toml", INVITE)
+    added = await fetch(node, before.headers["etag"])
+    assert added.status_code == 200
+    assert added.json()["kinds"]["acme/chat:invite"] == {
+        "category": "social",
+        "template": "{count} invitations",
+    }
+    assert added.headers["etag"] == f'"{added.json()["version"]}"' != before.headers["etag"]
+
+    path.write_text(INVITE.replace("invitations", "invites"), encoding="utf-8")
+    changed = await fetch(node, added.headers["etag"])
+    assert changed.status_code == 200
+    assert changed.json()["kinds"]["acme/chat:invite"]["template"] == "{count} invites"
+
+    path.unlink()
+    removed = await fetch(node, before.headers["etag"])
+    assert removed.status_code == 304 and removed.headers["etag"] == before.headers["etag"]
+    assert (await fetch(node)).json() == before.json()
+
+
+async def test_an_invalid_kinds_file_keeps_the_last_good_catalogue_and_is_reported(
+    launch: Launch, tmp_path: Path
+) -> None:
+    path = put(tmp_path, "acme/chat/kinds.toml", INVITE)
+    node = await launch(config=kinds_dir_config(tmp_path))
+    good = (await fetch(node)).json()
+    assert "acme/chat:invite" in good["kinds"]
+
+    path.write_text(INVITE.replace("{count}", "{name}"), encoding="utf-8")
+    assert (await fetch(node)).json() == good
+    metrics = (await node.request("GET", "/metrics")).text
+    assert "bothy_catalogue_invalid_files 1.0" in metrics
+
+
+async def test_the_daemon_starts_with_an_invalid_kinds_file_and_serves_the_rest(
+    launch: Launch, tmp_path: Path
+) -> None:
+    put(tmp_path, "acme/chat/kinds.toml", INVITE)
+    put(tmp_path, "acme/board/kinds.toml", "[oops\n")
+    put(tmp_path, "flat.toml", INVITE)
+    node = await launch(config=kinds_dir_config(tmp_path))
+    kinds = (await fetch(node)).json()["kinds"]
+    assert "acme/chat:invite" in kinds and not any(k.startswith("acme/board:") for k in kinds)
+    assert node.metrics.catalogue_invalid_files._value.get() == 2
+
+
+def test_check_config_fails_naming_an_invalid_kinds_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kinds = tmp_path / "kinds"
+    put(kinds, "acme/chat/kinds.toml", INVITE.replace("{count}", "{name}"))
+    put(kinds, "flat.toml", INVITE)
+    config = tmp_path / "bothy.toml"
+    config.write_text(f'[notify]\ncategories = ["social"]\nkinds_dir = "{kinds}"\n')
+    assert main(["check-config", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert 'notify.kinds_dir: acme/chat/kinds.toml: "invite".template: placeholder {name}' in err
+    assert "notify.kinds_dir: flat.toml: in the wrong place" in err
+
+
+async def test_new_decisions_carry_the_version_of_the_directory_at_their_round(
+    launch: Launch, tmp_path: Path
+) -> None:
+    # No GET in between: the round itself takes the directory's changes in.
+    node = await launch(config=kinds_dir_config(tmp_path))
+    await node.append(ev("user.upserted", user_id="sam", kind="human", active=True))
+    await node.register("sam", "sam-phone", "sam-token")
+
+    def invite(key: str) -> dict[str, Any]:
+        return ev(
+            "hint.requested",
+            recipients=["sam"],
+            category="social",
+            kind="acme/chat:invite",
+            target_id="alex",
+            idempotency_key=key,
+        )
+
+    put(tmp_path, "acme/chat/kinds.toml", INVITE)
+    installed = load_catalogue(kinds_dir_config(tmp_path).notify).version
+    await node.append(invite("first"))
+    await node.settle()
+    (tmp_path / "acme/chat/kinds.toml").unlink()
+    await node.append(invite("second"))
+    await node.settle()
+
+    assert installed != Catalogue.builtin().version
+    assert [s.payload["mv"] for s in node.fake.sends] == [installed, Catalogue.builtin().version]

@@ -4,7 +4,6 @@ release check."""
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from functools import partial
 
@@ -18,8 +17,7 @@ from bothy_notify.store import jobs as queue
 from bothy_notify.store.jobs import Job
 from tests.fake_gateway import FakeGateway, gateway_factory
 from tests.harness import Launch, Node, device_token, ev, make_config
-
-ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+from tests.job_args import assert_ids_and_integers
 
 
 async def start(launch: Launch, **notify: str) -> tuple[Node, FakeGateway]:
@@ -169,7 +167,5 @@ async def test_gateway_job_args_are_ids_and_integers(launch: Launch) -> None:
     kinds = set()
     for job in await node.jobs():
         kinds.add(job["kind"])
-        for key, value in job["args"].items():
-            assert ID_RE.match(key)
-            assert type(value) is int or (isinstance(value, str) and ID_RE.match(value))
+        assert_ids_and_integers(job["args"])
     assert kinds == {"notify.push_send", "notify.gateway_send", "notify.flush"}

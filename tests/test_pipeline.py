@@ -3,11 +3,10 @@ semantics: nobody connected)."""
 
 from __future__ import annotations
 
-import re
+from pathlib import Path
 
 from tests.harness import Launch, Node, device_token, ev, make_config
-
-ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+from tests.job_args import assert_ids_and_integers
 
 
 async def world(node: Node) -> None:
@@ -145,11 +144,23 @@ async def test_dead_token_is_tried_once_then_invalidated_and_never_again(launch:
     assert len(sends_to(node, "alex-token")) == 2
 
 
-async def test_every_job_arg_is_an_id_or_an_integer(launch: Launch) -> None:
-    config = make_config(notify={"coalesce_window": "30s"})
+async def test_every_job_arg_is_an_id_or_an_integer(launch: Launch, tmp_path: Path) -> None:
+    app = tmp_path / "acme" / "chat"
+    app.mkdir(parents=True)
+    (app / "kinds.toml").write_text('["invite"]\ncategory = "social"\n', encoding="utf-8")
+    config = make_config(
+        notify={"coalesce_window": "30s", "categories": ["social"], "kinds_dir": str(tmp_path)}
+    )
     node = await launch(config=config)
     await world(node)
     await node.append(
+        ev(
+            "hint.requested",
+            recipients=["alex"],
+            category="social",
+            kind="acme/chat:invite",
+            target_id="sam",
+        ),
         message(1, mentions=["alex"]),
         message(2),
         ev("access.expiring", user_id="alex", target_id="grant-7"),
@@ -165,7 +176,9 @@ async def test_every_job_arg_is_an_id_or_an_integer(launch: Launch) -> None:
     await node.advance(30)
     jobs = await node.jobs()
     assert {j["kind"] for j in jobs} >= {"notify.push_send", "notify.flush"}
+    assert {j["args"].get("kind") for j in jobs} >= {"acme/chat:invite", "message", "admin"}
+    assert {j["args"].get("mv") for j in jobs if "nid" in j["args"]} == {
+        node.daemon.catalogue.version
+    }
     for job in jobs:
-        for key, value in job["args"].items():
-            assert ID_RE.match(key)
-            assert type(value) is int or (isinstance(value, str) and ID_RE.match(value)), key
+        assert_ids_and_integers(job["args"])

@@ -16,7 +16,7 @@ from bothy_notify.auth import AuthError, DeviceClaims, ProducerClaims, TokenVeri
 from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
-from bothy_notify.notify.catalogue import Catalogue
+from bothy_notify.notify.catalogue import CatalogueSource, FixedCatalogue
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Database
 from bothy_notify.store.events import EventValidator
@@ -29,7 +29,8 @@ class ApiContext:
     ``readiness`` answers which parts of this node are running (``/readyz``).
     ``registration_check`` validates a registration for its provider
     (returns the bad field and problem, or ``None``). ``catalogue`` is the
-    kind catalogue served by ``GET /v1/catalogue``.
+    source of the kind catalogue served by ``GET /v1/catalogue`` (refreshed
+    per request).
     """
 
     db: Database
@@ -41,7 +42,7 @@ class ApiContext:
     provider_names: frozenset[str]
     readiness: Callable[[], Mapping[str, bool]] = field(default=lambda: {})
     registration_check: Callable[..., Awaitable[tuple[str, str] | None]] | None = None
-    catalogue: Catalogue = field(default_factory=Catalogue.builtin)
+    catalogue: CatalogueSource = field(default_factory=FixedCatalogue)
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __repr__(self) -> str:

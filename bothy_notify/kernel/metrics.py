@@ -129,6 +129,11 @@ class Metrics:
             ["cause"],
             registry=r,
         )
+        self.catalogue_invalid_files = Gauge(
+            "bothy_catalogue_invalid_files",
+            "Kinds files of notify.kinds_dir refused now (their app keeps its last good kinds).",
+            registry=r,
+        )
 
     def skip(self, reason: str, amount: int = 1) -> None:
         """Count ``amount`` skips with ``reason`` (one of :data:`SKIP_REASONS`)."""

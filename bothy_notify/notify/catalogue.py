@@ -5,25 +5,40 @@ here, on the server, so a new kind is a server change and never an app
 release. Devices fetch the catalogue (``GET /v1/catalogue``) and refresh their
 copy whenever a hint's ``mv`` differs from the version they hold.
 
-Rules (checked when the daemon starts; a problem names its key):
+Where kinds come from, and who owns which codes (the namespaces never overlap):
 
-- the built-in kinds ``message``, ``mention``, ``security`` and ``admin`` are
-  always present, so the catalogue is never empty; configuration may change
-  their template and link but not their category;
-- an app kind code is namespaced (``social:friend_request``) and belongs to a
-  built-in category or one of ``notify.categories``;
-- a display template holds placeholders for counts only (``{count}``), never
-  user content; a deep-link template holds placeholders for IDs only
-  (``{thread_id}``, ``{message_id}``, ``{target_id}``) and starts with a URL
-  scheme; neither may hold other braces, so a client renders them with a plain
-  search and replace;
-- the version is a hash of the content: no counter to store, the same right
-  after a restore and on two servers built alike.
+- **built-ins** ``message``, ``mention``, ``security``, ``admin`` ship in code,
+  so the catalogue is never empty; ``notify.kinds`` may change their template
+  and link, never their category, and nothing on disk can touch them;
+- **the operator's kinds** in ``notify.kinds`` (the configuration file) use a
+  namespace without a slash (``social:friend_request``); they are checked when
+  the daemon starts and a problem stops it, naming the key;
+- **app kinds** come from ``notify.kinds_dir/<publisher>/<app>/*.toml`` and
+  always get the code ``<publisher>/<app>:<key>``, whatever the key says: the
+  namespace is where the file lands, never what it declares, so an app cannot
+  claim a built-in, an operator kind or another app's kind (it gets its own
+  namespaced copy, and the original is untouched). Those files are read while
+  the daemon runs (:mod:`bothy_notify.notify.kinds_dir`).
 
-Entries come from code (built-ins), from ``notify.kinds`` and from the
-``*.toml`` files of ``notify.kinds_dir`` (each file holds tables of the same
-shape as ``[notify.kinds]``, keyed by kind code). A kind defined twice (in the
-configuration and a file, or in two files) is an error.
+The code shapes (:data:`APP_KIND_PATTERN`): a name is ``[a-z][a-z0-9_.]{0,63}``;
+a namespace is one segment (``social``) or ``publisher/app``, each segment
+``[a-z0-9][a-z0-9_-]{0,31}``; an app code is ``namespace:name``, or
+``namespace:namespace:name`` for a file that wrote a namespaced key
+(``acme/chat:social:invite``). Producers are checked against this shape only
+(``schemas/events/hint.requested.json`` holds the same pattern), never against
+the catalogue's content: a code the catalogue has not caught up with is still a
+real event, delivered with the device's fallback text.
+
+Entry rules: an app kind belongs to a built-in category or one of
+``notify.categories``; a display template holds placeholders for counts only
+(``{count}``), never user content; a deep-link template holds placeholders for
+IDs only (``{thread_id}``, ``{message_id}``, ``{target_id}``) and starts with a
+URL scheme; neither may hold other braces, so a client renders them with a
+plain search and replace.
+
+The version is a hash of the content: no counter to store, the same right after
+a restore and on two servers built alike, and back to its earlier value when a
+change is undone.
 """
 
 from __future__ import annotations
@@ -32,18 +47,26 @@ import hashlib
 import json
 import re
 import string
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bothy_notify.config import BUILTIN_CATEGORIES, ConfigError, NotifyConfig
 from bothy_notify.notify.domain.model import BUILTIN_KIND_CATEGORY
 
-APP_KIND_PATTERN = r"^[a-z][a-z0-9_]{0,31}:[a-z][a-z0-9_.]{0,63}$"
+SEGMENT_PATTERN = r"[a-z0-9][a-z0-9_-]{0,31}"
+"""One namespace segment: an operator namespace, a publisher or an app directory."""
+NAME_PATTERN = r"[a-z][a-z0-9_.]{0,63}"
+"""The name part of a kind code (what a kinds file writes as a key)."""
+_NAMESPACE = rf"{SEGMENT_PATTERN}(/{SEGMENT_PATTERN})?"
+APP_KIND_PATTERN = rf"^{_NAMESPACE}:({_NAMESPACE}:)?{NAME_PATTERN}$"
 """Shape of an app kind code; the same as ``kind`` in ``schemas/events/hint.requested.json``."""
+OPERATOR_KIND_PATTERN = rf"^{SEGMENT_PATTERN}:{NAME_PATTERN}$"
+"""Shape of a kind in ``notify.kinds``: a namespace without a slash (those belong to apps)."""
 _APP_KIND_RE = re.compile(APP_KIND_PATTERN)
+_OPERATOR_KIND_RE = re.compile(OPERATOR_KIND_PATTERN)
+SEGMENT_RE = re.compile(SEGMENT_PATTERN)
+"""Matches (with ``fullmatch``) a directory name that can be a namespace segment."""
 
 COUNT_PLACEHOLDERS = frozenset({"count"})
 """What a display template may name: the hint's count, never user content."""
@@ -58,8 +81,14 @@ VERSION_LENGTH = 16
 """Hex digits of the version hash kept: 64 bits tell versions apart and keep pushes small."""
 
 _SCHEME_RE = re.compile(r"^[a-z][a-z0-9+.-]*:")
-_FILE_FIELDS = frozenset({"category", "template", "link"})
+ENTRY_FIELDS = frozenset({"category", "template", "link"})
+"""The keys of one kind's table (in ``notify.kinds`` and in kinds files)."""
 _BUILTIN_CATEGORY: dict[str, str] = {k.value: v for k, v in BUILTIN_KIND_CATEGORY.items()}
+
+
+def is_app_kind(code: str) -> bool:
+    """Whether ``code`` has the shape of an app kind code (not whether it is known)."""
+    return _APP_KIND_RE.fullmatch(code) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +96,8 @@ class KindEntry:
     """One kind of the catalogue.
 
     Attributes:
-        kind: the kind code (``message``, ``social:friend_request``).
+        kind: the kind code (``message``, ``social:friend_request``,
+            ``acme/chat:invite``).
         category: the preference category the kind belongs to.
         template: the display template (count placeholders only); empty means the
             app's generic text.
@@ -134,6 +164,40 @@ class Catalogue:
         return {"version": self.version, "kinds": {e.kind: e.to_json() for e in self.entries}}
 
 
+class CatalogueSource(Protocol):
+    """The catalogue in use: :class:`FixedCatalogue`, or
+    :class:`~bothy_notify.notify.kinds_dir.LiveCatalogue`, which follows
+    ``notify.kinds_dir`` while the daemon runs."""
+
+    def current(self) -> Catalogue:
+        """The catalogue as of the last :meth:`refresh` (no IO; any thread)."""
+        ...
+
+    def refresh(self) -> Catalogue:
+        """Take in changes since the last call and return the catalogue in use now.
+
+        Blocking (it may read files): call it from a worker thread, once per
+        request, round or job batch, never once per hint.
+        """
+        ...
+
+
+class FixedCatalogue:
+    """A catalogue that never changes (no kinds directory; tests)."""
+
+    def __init__(self, catalogue: Catalogue | None = None) -> None:
+        self._catalogue = catalogue if catalogue is not None else Catalogue.builtin()
+
+    def current(self) -> Catalogue:
+        return self._catalogue
+
+    def refresh(self) -> Catalogue:
+        return self._catalogue
+
+    def __repr__(self) -> str:
+        return f"FixedCatalogue(version={self._catalogue.version!r})"
+
+
 def template_problem(template: str, allowed: frozenset[str]) -> str | None:
     """Why ``template`` is not acceptable (``None`` when it is).
 
@@ -158,15 +222,17 @@ def template_problem(template: str, allowed: frozenset[str]) -> str | None:
 
 
 def entry_problems(entry: KindEntry, categories: frozenset[str]) -> list[str]:
-    """Problems of one entry as ``"field: problem"`` texts (empty when it is valid)."""
+    """Problems of one entry's fields as ``"field: problem"`` texts (empty when valid).
+
+    The shape of the code is the caller's to check: it depends on where the
+    entry comes from (the configuration or a kinds file).
+    """
     problems: list[str] = []
     builtin = _BUILTIN_CATEGORY.get(entry.kind)
     if builtin is not None:
         if entry.category != builtin:
             problems.append(f"category: the built-in kind belongs to {builtin!r}")
-    elif not _APP_KIND_RE.fullmatch(entry.kind):
-        problems.append("kind code: expected namespace:name in lowercase, like social:invite")
-    if builtin is None and entry.category not in categories:
+    elif entry.category not in categories:
         problems.append("category: not a built-in category nor one of notify.categories")
     if len(entry.template) > TEMPLATE_MAX:
         problems.append(f"template: longer than {TEMPLATE_MAX} characters")
@@ -186,86 +252,63 @@ def entry_problems(entry: KindEntry, categories: frozenset[str]) -> list[str]:
     return problems
 
 
-def load_catalogue(notify: NotifyConfig) -> Catalogue:
-    """Build the catalogue from the built-ins, ``notify.kinds`` and ``notify.kinds_dir``.
+def categories_of(notify: NotifyConfig) -> frozenset[str]:
+    """The categories an app kind may belong to: built-in ones and ``notify.categories``."""
+    return frozenset(BUILTIN_CATEGORIES) | frozenset(notify.categories)
 
-    A relative ``notify.kinds_dir`` starts at the working directory. Blocking
-    (reads files); called once when the daemon is built.
 
-    Args:
-        notify: the ``[notify]`` configuration.
+def table_entry(code: str, raw: Any) -> tuple[KindEntry | None, list[str]]:
+    """One kind's table of a kinds file (``{category, template?, link?}``) as an entry.
+
+    Returns the entry, or ``None`` and the problems as ``"key: problem"`` texts
+    (``": expected a table"`` when ``raw`` is not a table). Field rules are
+    :func:`entry_problems`'; this checks the table's form only.
+    """
+    if not isinstance(raw, Mapping):
+        return None, [": expected a table"]
+    problems = [f".{key}: unknown key" for key in sorted(set(raw) - ENTRY_FIELDS)]
+    if "category" not in raw:
+        problems.append(".category: required key is missing")
+    problems.extend(
+        f".{key}: expected a string"
+        for key in sorted(ENTRY_FIELDS & set(raw))
+        if not isinstance(raw[key], str)
+    )
+    if problems:
+        return None, problems
+    return KindEntry(code, raw["category"], raw.get("template", ""), raw.get("link", "")), []
+
+
+def base_entries(notify: NotifyConfig) -> dict[str, KindEntry]:
+    """The built-ins with ``notify.kinds`` applied: every kind that is not an app's.
 
     Raises:
-        ConfigError: naming each bad key (``notify.kinds."code".template: ...``
-            or ``notify.kinds_dir: file.toml: "code".template: ...``).
+        ConfigError: naming each bad key (``notify.kinds."code".template: ...``).
     """
-    categories = frozenset(BUILTIN_CATEGORIES) | frozenset(notify.categories)
+    categories = categories_of(notify)
     entries: dict[str, KindEntry] = {e.kind: e for e in BUILTIN_KINDS}
-    origin: dict[str, str] = {}
     errors: list[str] = []
-
-    def add(source: str, where: str, entry: KindEntry) -> None:
-        if entry.kind in origin:
-            errors.append(f"{where}: the kind is already defined in {origin[entry.kind]}")
-            return
-        origin[entry.kind] = source
+    for code, kind in notify.kinds.items():
+        where = f"notify.kinds.{json.dumps(code)}"
+        entry = KindEntry(code, kind.category, kind.template, kind.link)
         problems = entry_problems(entry, categories)
+        if code not in _BUILTIN_CATEGORY and not _OPERATOR_KIND_RE.fullmatch(code):
+            if _APP_KIND_RE.fullmatch(code):
+                problems.insert(
+                    0,
+                    "kind code: a publisher/app namespace belongs to the files of "
+                    "notify.kinds_dir/<publisher>/<app>/; use one like social:invite here",
+                )
+            else:
+                problems.insert(
+                    0, "kind code: expected namespace:name in lowercase, like social:invite"
+                )
         errors.extend(f"{where}.{problem}" for problem in problems)
         if not problems:
-            entries[entry.kind] = entry
-
-    for code, kind in notify.kinds.items():
-        entry = KindEntry(code, kind.category, kind.template, kind.link)
-        add("notify.kinds", f"notify.kinds.{json.dumps(code)}", entry)
-    if notify.kinds_dir:
-        for path, code, raw in _read_kinds_dir(notify.kinds_dir, errors):
-            source = f"notify.kinds_dir: {path.name}"
-            where = f"{source}: {json.dumps(code)}"
-            found = _raw_entry(code, raw, where, errors)
-            if found is not None:
-                add(source, where, found)
+            entries[code] = entry
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
-    return Catalogue.of(entries.values())
-
-
-def _read_kinds_dir(kinds_dir: str, errors: list[str]) -> list[tuple[Path, str, Any]]:
-    directory = Path(kinds_dir)
-    if not directory.is_dir():
-        errors.append("notify.kinds_dir: not a directory")
-        return []
-    found: list[tuple[Path, str, Any]] = []
-    for path in sorted(directory.glob("*.toml")):
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            errors.append(f"notify.kinds_dir: {path.name}: cannot be read ({type(exc).__name__})")
-            continue
-        except tomllib.TOMLDecodeError as exc:
-            errors.append(f"notify.kinds_dir: {path.name}: not valid TOML: {exc}")
-            continue
-        found.extend((path, str(code), raw) for code, raw in data.items())
-    return found
-
-
-def _raw_entry(code: str, raw: Any, where: str, errors: list[str]) -> KindEntry | None:
-    if not isinstance(raw, Mapping):
-        errors.append(f"{where}: expected a table")
-        return None
-    bad = False
-    for key in sorted(set(raw) - _FILE_FIELDS):
-        errors.append(f"{where}.{key}: unknown key")
-        bad = True
-    if "category" not in raw:
-        errors.append(f"{where}.category: required key is missing")
-        bad = True
-    for key in sorted(_FILE_FIELDS & set(raw)):
-        if not isinstance(raw[key], str):
-            errors.append(f"{where}.{key}: expected a string")
-            bad = True
-    if bad:
-        return None
-    return KindEntry(code, raw["category"], raw.get("template", ""), raw.get("link", ""))
+    return entries
 
 
 def _names(names: Iterable[str]) -> str:

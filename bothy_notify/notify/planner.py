@@ -8,6 +8,10 @@ decided, so each decision sees the facts of its place in the log.
 
 Nothing here sends anything: decisions become job specs, inserted with the
 cursor in the same transaction.
+
+The kind catalogue is refreshed once per round (not per hint) and its version
+is fixed on every hint the round decides (``Hint.mv``), so every copy of one
+notification carries the same ``mv`` whenever it is sent.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from bothy_notify.config import BUILTIN_CATEGORIES, Config, Level
 from bothy_notify.kernel.clock import to_unix_micros
 from bothy_notify.kernel.presence import PresenceEntry, PresenceView
 from bothy_notify.notify import facts
+from bothy_notify.notify.catalogue import CatalogueSource
 from bothy_notify.notify.domain import (
     Decision,
     Delivery,
@@ -75,7 +80,11 @@ def policy_of(config: Config) -> Policy:
 
 class Decider:
     """Loads facts in bulk and decides hints for many recipients (shared by the round
-    and the flush job)."""
+    and the flush job).
+
+    ``mv`` is the kind catalogue's version at this decision; it is fixed on every
+    hint decided here that does not carry one already.
+    """
 
     def __init__(
         self,
@@ -87,9 +96,11 @@ class Decider:
         live: LiveRoutes,
         outcome: RoundOutcome,
         writer: JobWriter,
+        mv: str | None = None,
     ) -> None:
         self.conn = conn
         self.writer = writer
+        self.mv = mv
         self.now = now
         self.config = config
         self.presence = presence
@@ -131,7 +142,9 @@ class Decider:
 
         # Jobs stream into COPY while deciding: the database ingests on its own core.
         with self.writer.stream():
-            for hint, recipients, appended_at in items:
+            for given, recipients, appended_at in items:
+                stamp = given.mv is None and self.mv is not None
+                hint = replace(given, mv=self.mv) if stamp else given
                 if hint.category not in self.categories:
                     log.warning(
                         "hint category is not configured; skipped", extra={"kind": hint.kind}
@@ -216,7 +229,11 @@ def _kind_class(kind: str) -> str:
 
 
 class RoundPlanner:
-    """Projections and decisions for one batch of events, in log order."""
+    """Projections and decisions for one batch of events, in log order.
+
+    ``catalogue`` is refreshed once here (blocking: the round's worker thread);
+    its version goes on every hint of the batch.
+    """
 
     def __init__(
         self,
@@ -226,6 +243,7 @@ class RoundPlanner:
         config: Config,
         presence: PresenceView,
         live: LiveRoutes,
+        catalogue: CatalogueSource | None = None,
     ) -> None:
         self.conn = conn
         self.outcome = RoundOutcome()
@@ -238,6 +256,7 @@ class RoundPlanner:
             live=live,
             outcome=self.outcome,
             writer=self.writer,
+            mv=catalogue.refresh().version if catalogue is not None else None,
         )
         self.config = config
         self._messages: list[Event] = []

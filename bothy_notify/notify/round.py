@@ -27,6 +27,7 @@ from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceView
+from bothy_notify.notify.catalogue import CatalogueSource
 from bothy_notify.notify.planner import RoundOutcome, RoundPlanner
 from bothy_notify.notify.routes import LiveRoutes
 from bothy_notify.store import events as eventlog
@@ -60,6 +61,8 @@ class ConsumerRound:
         jobs_committed: called (in the Trio thread) after a round committed jobs; the
             wiring nudges this node's job runner with it, so a due job starts without
             waiting for its ``NOTIFY`` to come back from the database.
+        catalogue: the kind catalogue, refreshed once per round; its version is
+            fixed on the round's hints (``mv``).
     """
 
     def __init__(
@@ -73,8 +76,10 @@ class ConsumerRound:
         metrics: Metrics,
         before_commit: Callable[[RoundOutcome], None] | None = None,
         jobs_committed: Callable[[], None] | None = None,
+        catalogue: CatalogueSource | None = None,
     ) -> None:
         self._url = database_url
+        self._catalogue = catalogue
         self._config = config
         self._clock = clock
         self._presence = presence
@@ -167,7 +172,12 @@ class ConsumerRound:
             if not batch:
                 return 0, _events_blocked(conn, cursor)
             planner = RoundPlanner(
-                conn, now=now, config=self._config, presence=self._presence, live=self._live
+                conn,
+                now=now,
+                config=self._config,
+                presence=self._presence,
+                live=self._live,
+                catalogue=self._catalogue,
             )
             planner.feed(batch)
             planner.writer.flush_copy()  # COPY cannot run in a pipeline

@@ -10,6 +10,8 @@ depends on the role (``docs/architecture.md``, role table):
   (hint, recipient); one ``notify.push_send`` per registration of a delayed
   route, scheduled at the end of the delay with ``release_seq`` = the message's
   thread sequence.
+- Every job of a hint carries the hint's ``mv`` (the catalogue version fixed
+  when it was decided), so all its copies show the same version.
 - :class:`FailClosedRoutes` (role ``worker``): without presence the decision
   never yields such routes; if one arrives anyway it is dropped and logged
   rather than sent to the wrong place.
@@ -86,6 +88,8 @@ def push_jobs(
         base["message_id"] = hint.message_id
     if hint.target_id is not None:
         base["target_id"] = hint.target_id
+    if hint.mv is not None:
+        base["mv"] = hint.mv
     return [
         JobSpec(PUSH_SEND, {**base, "registration_id": registration_id}, scheduled_at, max_attempts)
         for registration_id in route.registrations
@@ -112,6 +116,7 @@ class JobLiveRoutes:
             thread_id=hint.thread_id,
             message_id=hint.message_id,
             target_id=hint.target_id,
+            mv=hint.mv,
         )
         return [
             JobSpec(

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bothy_notify.notify.catalogue import APP_KIND_PATTERN, is_app_kind
 from bothy_notify.store import events as eventlog
 from bothy_notify.store.events import Cursor, EventRejected, EventValidator
 from bothy_notify.store.migrate import load_event_schemas
@@ -171,6 +172,51 @@ def test_sql_and_python_validation_agree(database_url: str, case: tuple[str, Any
         python_ok = False
     with psycopg.connect(database_url) as conn:
         assert (sql_check(conn, type_, payload) is None) == python_ok, (type_, payload)
+
+
+KIND_SHAPES = [
+    ("social:friend_request", True),
+    ("acme/chat:invite", True),
+    ("acme/chat:social:invite", True),
+    ("acme/chat:other/app:invite", True),
+    ("acme/chat:message", True),
+    ("37signals/camp-fire:v2.ping", True),
+    ("a:b:c", True),
+    ("message", False),
+    ("acme/chat/x:invite", False),
+    ("acme/chat:a/b:c/d:e", False),
+    ("acme/chat:x:y:z", False),
+    ("Acme/chat:invite", False),
+    ("acme/chat:Invite", False),
+    ("acme/chat:", False),
+    (":invite", False),
+    ("acme//chat:invite", False),
+    ("-acme/chat:invite", False),
+    ("acme/chat:9lives", False),
+    ("acme/chat:invite ", False),
+    ("a" * 33 + ":invite", False),
+    ("acme/chat:" + "n" * 65, False),
+]
+
+
+def test_the_schemas_kind_pattern_is_the_catalogues() -> None:
+    schema = load_event_schemas()["hint.requested"]
+    assert schema["properties"]["kind"]["pattern"] == APP_KIND_PATTERN
+
+
+@pytest.mark.parametrize(("kind", "valid"), KIND_SHAPES)
+def test_kind_codes_are_checked_by_shape_alike_in_sql_and_python(
+    database_url: str, kind: str, valid: bool
+) -> None:
+    payload = {**VALID["hint.requested"], "kind": kind}
+    try:
+        EventValidator().check("hint.requested", payload)
+        python_ok = True
+    except EventRejected:
+        python_ok = False
+    with psycopg.connect(database_url) as conn:
+        sql_ok = sql_check(conn, "hint.requested", payload) is None
+    assert python_ok == sql_ok == valid == is_app_kind(kind)
 
 
 def test_a_refused_event_leaves_nothing_of_its_batch(database_url: str) -> None:

@@ -70,6 +70,8 @@ class Hint:
         quiet: the device should update without sound or banner.
         count: a fixed count (a flush hint); ``None`` means the unread count.
         is_flush: the end-of-window hint of coalescing; it never folds or opens a window.
+        mv: the kind catalogue's version, fixed when the hint is decided; every copy
+            (gateway, push, delayed push) carries this one value. ``None``: not sent.
     """
 
     nid: str
@@ -84,6 +86,7 @@ class Hint:
     quiet: bool = False
     count: int | None = None
     is_flush: bool = False
+    mv: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,11 @@
 Each args type turns into the JSON object stored in ``bothy.jobs.args``
 (:meth:`to_args`) and back (:meth:`from_args`). Booleans travel as 0/1 and
 times as Unix microseconds, so a test can walk every job's args and find
-nothing but IDs and integers.
+nothing but IDs, kind codes, catalogue versions (16 hex digits) and integers.
+
+``mv`` is the kind catalogue's version fixed when the hint was decided; a job
+queued by a release before it existed has none, and its handler sends the
+version in use at send time.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class PushSendArgs(_Args):
     thread_id: str | None = None
     message_id: str | None = None
     target_id: str | None = None
+    mv: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,7 @@ class GatewaySendArgs(_Args):
     thread_id: str | None = None
     message_id: str | None = None
     target_id: str | None = None
+    mv: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

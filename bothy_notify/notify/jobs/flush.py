@@ -4,6 +4,11 @@ In one transaction: take the window (it may have been replaced by a newer one,
 then nothing happens); when messages were folded in and the thread is still
 unread, decide one hint with count = the unread count, with the presence of
 this moment, and insert its jobs. Nothing when it was read.
+
+The flush's hint is a notification of its own (a new ``nid``) decided at the
+window's end, so it carries the catalogue version of that moment (refreshed
+once per batch of flush jobs), and all its copies carry that one value. The
+hint that opened the window kept the version of its own decision.
 """
 
 from __future__ import annotations
@@ -12,12 +17,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
 
+import trio
+
 from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock, from_unix_micros
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceView
 from bothy_notify.notify import facts
+from bothy_notify.notify.catalogue import CatalogueSource
 from bothy_notify.notify.domain import Window, flush_hint
 from bothy_notify.notify.jobs.args import FLUSH, FlushArgs
 from bothy_notify.notify.planner import Decider, RoundOutcome
@@ -29,7 +37,11 @@ from bothy_notify.store.jobs import Job, JobWriter
 
 
 class FlushHandler:
-    """Runs ``notify.flush`` jobs."""
+    """Runs ``notify.flush`` jobs.
+
+    ``catalogue`` gives the version fixed on the flush hints (none given: the
+    send jobs fall back to the version in use when they run).
+    """
 
     kind = FLUSH
 
@@ -42,8 +54,10 @@ class FlushHandler:
         presence: PresenceView,
         live: LiveRoutes,
         metrics: Metrics,
+        catalogue: CatalogueSource | None = None,
     ) -> None:
         self._db = db
+        self._catalogue = catalogue
         self._clock = clock
         self._config = config
         self._presence = presence
@@ -54,17 +68,22 @@ class FlushHandler:
         return "FlushHandler()"
 
     async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
+        mv: str | None = None
+        if self._catalogue is not None:
+            mv = (await trio.to_thread.run_sync(self._catalogue.refresh)).version
         for job in jobs:
             args = FlushArgs.from_args(job.args)
             now = self._clock.now()
-            outcome, result = await self._db.run(partial(self._flush, args=args, now=now))
+            outcome, result = await self._db.run(partial(self._flush, args=args, now=now, mv=mv))
             for reason, n in outcome.skips.items():
                 self._metrics.skip(reason, n)
             for kind, n in outcome.hints.items():
                 self._metrics.hints.labels(kind).inc(n)
             await report(job, Done(result))
 
-    def _flush(self, conn: Conn, *, args: FlushArgs, now: datetime) -> tuple[RoundOutcome, str]:
+    def _flush(
+        self, conn: Conn, *, args: FlushArgs, now: datetime, mv: str | None
+    ) -> tuple[RoundOutcome, str]:
         outcome = RoundOutcome()
         row = conn.execute(
             "DELETE FROM bothy.hint_windows WHERE user_id = %s AND thread_id = %s"
@@ -95,6 +114,7 @@ class FlushHandler:
             live=self._live,
             outcome=outcome,
             writer=writer,
+            mv=mv,
         )
         decider.decide_group([(hint, [args.user_id], now)], windows_on=False)
         writer.finish()

@@ -5,7 +5,8 @@ recipient is inactive or has no access to the thread now: skip ``no_access``;
 read the thread's current space and channel (it may have moved).
 Step 2, outside any transaction: with no publisher in this process skip
 ``no_registration`` (and warn once); else publish once with audience = the
-recipient. At least once: the client replaces hints by thread id.
+recipient. At least once: the client replaces hints by thread id. ``mv`` is
+the catalogue version the job carries, fixed when the hint was decided.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class GatewaySendHandler:
 
     Args:
         publisher: the hub's publisher, or ``None`` on a node without a gateway.
-        catalogue_version: the kind catalogue's version for ``mv`` (``None`` omits it).
+        catalogue_version: the version sent as ``mv`` for a job that carries none
+            (queued before the version was fixed at decision); ``None`` omits it.
     """
 
     kind = GATEWAY_SEND
@@ -118,7 +120,7 @@ class GatewaySendHandler:
             payload["target_id"] = a.target_id
         payload["quiet"] = a.quiet
         payload["count"] = a.count
-        mv = self._mv()
+        mv = a.mv if a.mv is not None else self._mv()
         if mv is not None:
             payload["mv"] = mv
         return EphemeralEvent(

@@ -56,7 +56,11 @@ def hint_age_exceeded(due_at_micros: int, now: datetime, config: PushConfig) -> 
 
 
 class PushSendHandler:
-    """Runs ``notify.push_send`` jobs."""
+    """Runs ``notify.push_send`` jobs.
+
+    ``mv`` is the catalogue version the job carries (fixed when the hint was
+    decided); ``catalogue_version`` gives it for a job queued without one.
+    """
 
     kind = PUSH_SEND
 
@@ -155,7 +159,7 @@ class PushSendHandler:
             thread_id=a.thread_id,
             message_id=a.message_id,
             target_id=a.target_id,
-            mv=self._mv(),
+            mv=a.mv if a.mv is not None else self._mv(),
         )
         outcome = await self._providers.try_send(
             plan.target, message, permit_wait=PERMIT_WAIT.total_seconds()
