@@ -189,8 +189,9 @@ def entry_problems(entry: KindEntry, categories: frozenset[str]) -> list[str]:
 def load_catalogue(notify: NotifyConfig) -> Catalogue:
     """Build the catalogue from the built-ins, ``notify.kinds`` and ``notify.kinds_dir``.
 
-    A relative ``notify.kinds_dir`` starts at the working directory. Blocking
-    (reads files); called once when the daemon is built.
+    ``notify.kinds_dir`` is absolute (the configuration loader resolves a
+    relative one against the configuration file's directory). Blocking (reads
+    files); called once when the daemon is built.
 
     Args:
         notify: the ``[notify]`` configuration.
