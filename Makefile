@@ -18,8 +18,9 @@ run: $(STAMP)
 	$(VENV)/bin/bothy-notify migrate --config $(CONFIG)
 	$(VENV)/bin/bothy-notify run --config $(CONFIG)
 
-## test: ruff, the layering contracts, mypy --strict, the whole suite, and the install check
-test: $(STAMP) lint typecheck unit install-check
+## test: ruff, the layering contracts, mypy --strict, the install check, the whole suite
+## (pytest last, so its summary closes the output)
+test: $(STAMP) lint typecheck install-check unit
 
 ## lint: ruff, and the import-linter contracts of .importlinter (docs/architecture.md's layers)
 lint: $(STAMP)

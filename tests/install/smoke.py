@@ -27,6 +27,7 @@ Run with the development virtualenv's Python (it has ``build``):
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import queue
@@ -448,8 +449,6 @@ def _one_seq(seqs: object) -> bool:
 
 def _compare_package_data(inspected: dict[str, object], venv: Path) -> None:
     """The installed package is the venv's, and carries the repository's files."""
-    import hashlib
-
     package = Path(str(inspected["package"])).resolve()
     if venv.resolve() not in package.parents:
         raise CheckFailed(f"bothy_notify was imported from {package}, not from the venv")
