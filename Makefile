@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= config/dev.toml
 
-.PHONY: run test lint typecheck unit bench migrate demo clean
+.PHONY: run test lint typecheck unit install-check bench migrate demo clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,18 +18,27 @@ run: $(STAMP)
 	$(VENV)/bin/bothy-notify migrate --config $(CONFIG)
 	$(VENV)/bin/bothy-notify run --config $(CONFIG)
 
-## test: ruff, mypy --strict and the whole suite
-test: $(STAMP) lint typecheck unit
+## test: ruff, the layering contracts, mypy --strict, the install check, the whole suite
+## (pytest last, so its summary closes the output)
+test: $(STAMP) lint typecheck install-check unit
 
+## lint: ruff, and the import-linter contracts of .importlinter (docs/architecture.md's layers)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check bothy_notify gateway tests bench
 	$(VENV)/bin/ruff format --check bothy_notify gateway tests bench
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 unit: $(STAMP)
 	$(PY) -m pytest -q
+
+## install-check: build the sdist and the wheel, install the wheel without extras in a fresh
+## virtualenv, and from another directory run check-config, run (embedded PostgreSQL), one
+## append over HTTP, SIGTERM, and the demo (tests/install/smoke.py)
+install-check: $(STAMP)
+	$(PY) tests/install/smoke.py
 
 migrate: $(STAMP)
 	$(VENV)/bin/bothy-notify migrate --config $(CONFIG)

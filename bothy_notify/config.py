@@ -10,6 +10,14 @@ Durations are strings with a unit (``"250ms"``, ``"2s"``, ``"5m"``, ``"1h"``,
 at load) or ``secret:NAME`` (resolved from the secret store at start, see
 :func:`resolve_store_secrets`); their values never appear in a repr, a log
 line or an error.
+
+Paths (fields marked ``path=True``: ``database.data_dir``, ``notify.kinds_dir``,
+``push.fake.record_file``, every ``ca_file``) are made absolute at load: a
+relative one is relative to the directory of the configuration file, never to
+the working directory (``~`` is expanded). An empty ``database.data_dir`` is the
+per-user data directory (:func:`default_data_dir`). ``database.url = ""`` is
+the same as no ``url``: the embedded server. The rest of the code therefore sees
+absolute paths and ``database.url is None`` exactly when the server is embedded.
 """
 
 from __future__ import annotations
@@ -151,12 +159,15 @@ def _meta(
     min: float | None = None,
     max: float | None = None,
     source_rule: str = "",
+    path: bool = False,
 ) -> dict[str, Any]:
-    """Field metadata: a one-line description, numeric range, and secret policy.
+    """Field metadata: a one-line description, numeric range, secret policy, path.
 
     ``source_rule`` is ``"ref"`` (env:/secret: only), ``"ref_or_literal"`` or ``"env_or_literal"``.
+    ``path`` marks a file or directory (made absolute at load, relative to the
+    configuration file; an empty value stays empty).
     """
-    return {"doc": doc, "min": min, "max": max, "secret": source_rule}
+    return {"doc": doc, "min": min, "max": max, "secret": source_rule, "path": path}
 
 
 def _d(text: str) -> timedelta:
@@ -196,7 +207,11 @@ class DatabaseConfig:
         ),
     )
     data_dir: str = field(
-        default="data/postgres", metadata=_meta("data directory of the embedded server")
+        default="",
+        metadata=_meta(
+            "data directory of the embedded server; empty: the per-user data directory",
+            path=True,
+        ),
     )
     pool_size: int = field(
         default=10, metadata=_meta("connections in the pool (and worker threads)", min=2, max=500)
@@ -280,12 +295,16 @@ class NotifyConfig:
     kinds: Mapping[str, KindConfig] = field(
         default_factory=dict, metadata=_meta("kind catalogue entries by kind code")
     )
-    kinds_dir: str = field(default="", metadata=_meta("directory of kind catalogue TOML files"))
+    kinds_dir: str = field(
+        default="", metadata=_meta("directory of kind catalogue TOML files", path=True)
+    )
 
 
 @dataclass(frozen=True)
 class FakeProviderConfig:
-    record_file: str = field(default="", metadata=_meta("JSON-lines record of every send"))
+    record_file: str = field(
+        default="", metadata=_meta("JSON-lines record of every send", path=True)
+    )
 
 
 @dataclass(frozen=True)
@@ -297,14 +316,16 @@ class ApnsConfig:
     style: ApnsStyle = field(default=ApnsStyle.BACKGROUND, metadata=_meta("background or alert"))
     alert_title: str = field(default="New activity", metadata=_meta("generic alert title"))
     endpoint: str = field(default="", metadata=_meta("override of the APNs host URL"))
-    ca_file: str = field(default="", metadata=_meta("CA bundle for the endpoint"))
+    ca_file: str = field(default="", metadata=_meta("CA bundle for the endpoint", path=True))
 
 
 @dataclass(frozen=True)
 class FcmConfig:
     service_account: Secret = field(metadata=_meta("service-account JSON", source_rule="ref"))
     endpoint: str = field(default="", metadata=_meta("override of the FCM base URL"))
-    ca_file: str = field(default="", metadata=_meta("CA bundle for the endpoint and token URL"))
+    ca_file: str = field(
+        default="", metadata=_meta("CA bundle for the endpoint and token URL", path=True)
+    )
 
 
 @dataclass(frozen=True)
@@ -316,7 +337,7 @@ class WebhookConfig:
         default=False, metadata=_meta("allow private/loopback targets")
     )
     endpoint: str = field(default="", metadata=_meta("egress proxy URL for all webhooks"))
-    ca_file: str = field(default="", metadata=_meta("CA bundle for webhook TLS"))
+    ca_file: str = field(default="", metadata=_meta("CA bundle for webhook TLS", path=True))
 
 
 @dataclass(frozen=True)
@@ -572,17 +593,27 @@ def parse_listen(text: str) -> tuple[str, int] | None:
     return match.group(1), int(match.group(2))
 
 
-def load_config_text(text: str, *, env: Mapping[str, str] | None = None) -> Config:
-    """Parse and check a TOML text; raise :class:`ConfigError` naming each bad key."""
+def load_config_text(
+    text: str, *, env: Mapping[str, str] | None = None, base_dir: str | Path | None = None
+) -> Config:
+    """Parse and check a TOML text; raise :class:`ConfigError` naming each bad key.
+
+    ``base_dir`` is the directory relative paths start at (the configuration
+    file's); without it a relative path is refused.
+    """
     try:
         raw = tomlkit.parse(text).unwrap()
     except ParseError as exc:
         raise ConfigError(f"not valid TOML: {exc}") from None
-    return structure_config(raw, env=os.environ if env is None else env)
+    return structure_config(raw, env=os.environ if env is None else env, base_dir=base_dir)
 
 
-def structure_config(raw: Mapping[str, Any], *, env: Mapping[str, str]) -> Config:
-    """Structure a plain dict into :class:`Config` and check ranges and policies."""
+def structure_config(
+    raw: Mapping[str, Any], *, env: Mapping[str, str], base_dir: str | Path | None = None
+) -> Config:
+    """Structure a plain dict into :class:`Config`, check ranges and policies, and
+    make every path absolute (relative ones start at ``base_dir``; without it a
+    relative path is refused, since the working directory is never a base)."""
     conv = _make_converter(env)
     try:
         config = conv.structure(dict(raw), Config)
@@ -593,20 +624,99 @@ def structure_config(raw: Mapping[str, Any], *, env: Mapping[str, str]) -> Confi
             errors = [str(exc)]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors)) from None
     errors = _check(config)
+    config, database_errors = _embedded_when_empty(config)
+    errors += database_errors
+    config = _absolute_paths(config, None if base_dir is None else Path(base_dir), errors)
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
     return config
 
 
 def load_config(path: str | Path | None, *, env: Mapping[str, str] | None = None) -> Config:
-    """Load the TOML file at ``path`` (``None``: all defaults)."""
+    """Load the TOML file at ``path`` (``None``: all defaults).
+
+    Relative paths in the file start at the file's own directory.
+    """
     if path is None:
         return structure_config({}, env=os.environ if env is None else env)
+    file = Path(path).expanduser().absolute()
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read the configuration file: {exc.strerror}") from None
-    return load_config_text(text, env=env)
+    return load_config_text(text, env=env, base_dir=file.parent)
+
+
+def default_data_dir() -> str:
+    """The embedded server's data directory when ``database.data_dir`` is empty.
+
+    ``postgres`` in the per-user data directory of ``bothy-notify``
+    (platformdirs): ``$XDG_DATA_HOME/bothy-notify/postgres``, by default
+    ``~/.local/share/bothy-notify/postgres`` on Linux, and
+    ``~/Library/Application Support/bothy-notify/postgres`` on macOS.
+    """
+    import platformdirs  # only here: the domain imports this module for its enums
+
+    return str(platformdirs.user_data_path("bothy-notify", appauthor=False) / "postgres")
+
+
+def _embedded_when_empty(config: Config) -> tuple[Config, list[str]]:
+    """``database.url = ""`` means the embedded server, exactly like no ``url``.
+
+    An ``env:NAME`` that names an empty variable is refused rather than taken as
+    "embedded": a deployment whose database variable went missing must not start
+    on a fresh, empty embedded database.
+    """
+    url = config.database.url
+    if url is None or url.store_name is not None or url.reveal() != "":
+        return config, []
+    if url.source != "literal":
+        return config, [
+            f"database.url: {url.source} is empty; "
+            'write url = "" (or leave it out) for the embedded server'
+        ]
+    return dataclasses.replace(config, database=dataclasses.replace(config.database, url=None)), []
+
+
+def _absolute_paths(config: Config, base_dir: Path | None, errors: list[str]) -> Config:
+    """``config`` with every ``path`` field absolute (see the module docstring)."""
+
+    def absolute(path: str, value: str) -> str:
+        candidate = Path(value).expanduser()
+        if candidate.is_absolute():
+            return os.path.normpath(candidate)
+        if base_dir is None:
+            errors.append(
+                f"{path}: a relative path needs a configuration file to start from;"
+                " give an absolute path"
+            )
+            return value
+        return os.path.normpath(base_dir.absolute() / candidate)
+
+    def walk(obj: Any, prefix: str) -> Any:
+        changes: dict[str, Any] = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            path = f"{prefix}{f.name}"
+            if f.metadata.get("path") and isinstance(value, str) and value:
+                changes[f.name] = absolute(path, value)
+            elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+                changes[f.name] = walk(value, path + ".")
+            elif isinstance(value, tuple) and any(dataclasses.is_dataclass(v) for v in value):
+                changes[f.name] = tuple(walk(v, f"{path}[{i}].") for i, v in enumerate(value))
+            elif isinstance(value, Mapping) and any(
+                dataclasses.is_dataclass(v) for v in value.values()
+            ):
+                changes[f.name] = {k: walk(v, f"{path}.{k}.") for k, v in value.items()}
+        return dataclasses.replace(obj, **changes) if changes else obj
+
+    resolved = walk(config, "")
+    if not resolved.database.data_dir:
+        resolved = dataclasses.replace(
+            resolved, database=dataclasses.replace(resolved.database, data_dir=default_data_dir())
+        )
+    assert isinstance(resolved, Config)
+    return resolved
 
 
 def iter_keys(cls: type = Config, prefix: str = "") -> Iterator[str]:

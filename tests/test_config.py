@@ -3,10 +3,12 @@ and every bad input stops startup with a message naming the key."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from datetime import timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, get_args, get_type_hints
 
 import pytest
 import tomlkit
@@ -17,6 +19,7 @@ from bothy_notify.config import (
     Config,
     ConfigError,
     Secret,
+    default_data_dir,
     format_duration,
     iter_keys,
     load_config,
@@ -24,7 +27,7 @@ from bothy_notify.config import (
     parse_duration,
     resolve_store_secrets,
 )
-from bothy_notify.paths import CONFIG_DIR, SCHEMA_DIR
+from tests.support.repo import CONFIG_DIR, SCHEMA_DIR
 
 EXAMPLE = CONFIG_DIR / "bothy-notify.example.toml"
 SCHEMA = json.loads((SCHEMA_DIR / "config.schema.json").read_text())
@@ -94,13 +97,133 @@ def test_schema_defaults_equal_the_loader_defaults() -> None:
 
 def test_the_example_file_is_a_valid_configuration_and_matches_the_schema() -> None:
     config = load_config(EXAMPLE)
-    assert config == Config()
+    assert config == load_config(None)
     Draft202012Validator(SCHEMA).validate(tomlkit.parse(EXAMPLE.read_text()).unwrap())
 
 
 def test_the_dev_configuration_loads() -> None:
     config = load_config(CONFIG_DIR / "dev.toml")
     assert config.server.dev and config.push.fake is not None
+
+
+def test_the_dev_configuration_keeps_its_data_in_the_repository_data_directory() -> None:
+    config = load_config(CONFIG_DIR / "dev.toml")
+    assert config.push.fake is not None
+    assert config.database.data_dir == str(CONFIG_DIR.parent / "data" / "postgres")
+    assert config.push.fake.record_file == str(CONFIG_DIR.parent / "data" / "fake-pushes.jsonl")
+
+
+def path_keys() -> set[str]:
+    """Keys whose loader field is marked ``path=True``."""
+    keys: set[str] = set()
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            t = hints[f.name]
+            inner = [
+                a for a in (t, *get_args(t)) if isinstance(a, type) and dataclasses.is_dataclass(a)
+            ]
+            if inner:
+                walk(inner[0], f"{prefix}{f.name}.")
+            elif f.metadata.get("path"):
+                keys.add(prefix + f.name)
+
+    walk(Config, "")
+    return keys
+
+
+def test_the_schema_marks_exactly_the_path_keys_of_the_loader() -> None:
+    marked: set[str] = set()
+
+    def walk(node: dict[str, Any], prefix: str) -> None:
+        for name, sub in node.get("properties", {}).items():
+            if sub.get("x-path"):
+                marked.add(prefix + name)
+            walk(sub, f"{prefix}{name}.")
+
+    walk(SCHEMA, "")
+    assert marked == path_keys()
+    assert {
+        "database.data_dir",
+        "notify.kinds_dir",
+        "push.fake.record_file",
+        "push.apns.ca_file",
+        "push.fcm.ca_file",
+        "push.webhook.ca_file",
+    } <= marked
+
+
+PATHS_TOML = """
+[database]
+data_dir = "state/postgres"
+[notify]
+kinds_dir = "kinds"
+[push.fake]
+record_file = "../shared/pushes.jsonl"
+[push.webhook]
+ca_file = "tls/ca.pem"
+"""
+
+
+def test_relative_paths_start_at_the_configuration_files_directory(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "bothy.toml").write_text(PATHS_TOML)
+    config = load_config(tmp_path / "etc" / "bothy.toml", env={})
+    etc = tmp_path / "etc"
+    assert config.database.data_dir == str(etc / "state" / "postgres")
+    assert config.notify.kinds_dir == str(etc / "kinds")
+    assert config.push.fake is not None and config.push.webhook is not None
+    assert config.push.fake.record_file == str(tmp_path / "shared" / "pushes.jsonl")
+    assert config.push.webhook.ca_file == str(etc / "tls" / "ca.pem")
+
+
+def test_paths_do_not_depend_on_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "bothy.toml").write_text(PATHS_TOML)
+    (tmp_path / "elsewhere").mkdir()
+    from_here = load_config(tmp_path / "bothy.toml", env={})
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert load_config("../bothy.toml", env={}) == from_here
+
+
+def test_absolute_paths_are_kept_and_empty_ones_stay_empty(tmp_path: Path) -> None:
+    config = load_config_text(
+        f'[database]\ndata_dir = "{tmp_path}/pg"\n[push.fake]\n', env={}, base_dir="/elsewhere"
+    )
+    assert config.database.data_dir == f"{tmp_path}/pg"
+    assert config.push.fake is not None and config.push.fake.record_file == ""
+    assert config.notify.kinds_dir == ""
+
+
+def test_a_relative_path_without_a_configuration_file_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"push\.fake\.record_file: a relative path needs a"):
+        load_config_text('[push.fake]\nrecord_file = "pushes.jsonl"', env={})
+
+
+def test_without_a_data_dir_the_embedded_server_lives_in_the_per_user_data_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert load_config(None, env={}).database.data_dir == default_data_dir()
+    assert default_data_dir() == str(tmp_path / "xdg" / "bothy-notify" / "postgres")
+
+
+@pytest.mark.parametrize("text", ['[database]\nurl = ""', "[database]", ""])
+def test_an_empty_or_absent_database_url_means_the_embedded_server(text: str) -> None:
+    assert load_config_text(text, env={}).database.url is None
+
+
+def test_an_env_database_url_that_is_set_but_empty_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"database.url: env:DB is empty"):
+        load_config_text('[database]\nurl = "env:DB"', env={"DB": ""})
+
+
+def test_a_database_url_is_kept() -> None:
+    config = load_config_text('[database]\nurl = "env:DB"', env={"DB": "postgresql://db/x"})
+    assert config.database.url is not None
+    assert config.database.url.reveal() == "postgresql://db/x"
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,10 @@ class EmbeddedPostgres:
     """A handle on the embedded server for one data directory."""
 
     def __init__(self, data_dir: str | Path) -> None:
+        """``data_dir`` must be absolute (``database.data_dir`` is made so at load):
+        the working directory is never where data goes."""
+        if not Path(data_dir).is_absolute():
+            raise ValueError("the embedded server's data directory must be an absolute path")
         self.data_dir = Path(data_dir).resolve()
         self._server: Any = None
 

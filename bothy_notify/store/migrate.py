@@ -1,29 +1,30 @@
 """Plain SQL migrations, applied in order and recorded; safe to run twice.
 
-Files live in ``bothy_notify/store/migrations/NNNN_name.sql``. Each runs in its
+Files live in ``bothy_notify/store/migrations/NNNN_name.sql`` (package data, read
+through :mod:`importlib.resources`, so an installed wheel finds them). Each runs in its
 own transaction together with its row in ``bothy.schema_migrations``. A
 transaction-scoped advisory lock serialises nodes that start at once. After the
-migrations, the event schemas of ``schemas/events`` are synchronised into
-``bothy.event_types``, which ``bothy.append_event`` validates against.
+migrations, the event schemas of ``schemas/events`` (package data, see
+:mod:`bothy_notify.resources`) are synchronised into ``bothy.event_types``, which
+``bothy.append_event`` validates against.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from bothy_notify.paths import EVENT_SCHEMA_DIR
+from bothy_notify import resources
 from bothy_notify.store.db import Conn
 
 log = logging.getLogger("bothy.store.migrate")
 
-MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _LOCK_KEY = 0x6274_6D67  # "btmg": the migration lock, distinct from the round's lock.
 
 
@@ -33,17 +34,18 @@ class MigrationResult:
     already: tuple[str, ...]
 
 
-def migration_files() -> list[Path]:
-    """The migration files in the order they apply."""
-    return sorted(MIGRATIONS_DIR.glob("*.sql"))
+def migration_files() -> list[Traversable]:
+    """The migration files (``NNNN_name.sql``) in the order they apply."""
+    directory = files("bothy_notify.store") / "migrations"
+    return sorted(
+        (item for item in directory.iterdir() if item.name.endswith(".sql")),
+        key=lambda item: item.name,
+    )
 
 
 def load_event_schemas() -> dict[str, dict[str, Any]]:
     """Every event type's JSON schema, by type name."""
-    return {
-        path.name.removesuffix(".json"): json.loads(path.read_text(encoding="utf-8"))
-        for path in sorted(EVENT_SCHEMA_DIR.glob("*.json"))
-    }
+    return resources.event_schemas()
 
 
 def migrate(conn: Conn, progress: Callable[[str], None] | None = None) -> MigrationResult:
@@ -59,7 +61,7 @@ def migrate(conn: Conn, progress: Callable[[str], None] | None = None) -> Migrat
         )
         done = {row[0] for row in conn.execute("SELECT version FROM bothy.schema_migrations")}
         for path in migration_files():
-            version = path.stem
+            version = path.name.removesuffix(".sql")
             if version in done:
                 already.append(version)
                 continue

@@ -29,10 +29,10 @@ from bothy_notify.api.context import ApiContext
 from bothy_notify.auth import TokenVerifier
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
-from bothy_notify.paths import SCHEMA_DIR
 from bothy_notify.store.db import Database
 from bothy_notify.store.events import EventValidator
 from tests.harness import Launch, device_token, make_config, producer_token
+from tests.support.repo import SCHEMA_DIR
 
 OPENAPI = SCHEMA_DIR / "openapi.yaml"
 HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
