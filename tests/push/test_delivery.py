@@ -4,6 +4,7 @@ address checks at registration and at send, and per-provider permits."""
 
 from __future__ import annotations
 
+import base64
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -471,6 +472,46 @@ async def test_webhook_404_or_410_is_dead_only_when_every_attempt_answered_so(
     assert (await registration(node, "webhook"))["invalidated"] is invalidated
     (job,) = await node.jobs("notify.push_send")
     assert job["state"] == job_state
+
+
+OTHER_KEY = base64.b64encode(b"another-key-of-32-bytes-for-pat!").decode()
+
+
+async def test_a_webhook_url_registered_by_two_people_is_two_registrations_with_own_keys(
+    launch: Launch, receiver: WebhookReceiver, ca_file: str, now_clock: FakeClock
+) -> None:
+    resolver = FakeResolver({HOST: ["127.0.0.1"]})
+    node = await start(
+        launch, now_clock, {"webhook": hooks(resolver, now_clock, ca_file, private=True)}
+    )
+    await node.append(
+        ev("user.upserted", user_id="pat", kind="human", active=True),
+        ev("member.added", user_id="pat", scope_id="s1"),
+        ev("thread.followed", user_id="pat", thread_id="t1", level="all"),
+    )
+    alex = await register_hook(node, receiver.url())
+    pat = await node.request(
+        "POST",
+        "/v1/registrations",
+        json={"provider": "webhook", "token": receiver.url(), "signing_key": OTHER_KEY},
+        token=device_token("pat", "pat-bot", "linux"),
+    )
+
+    assert (alex.status_code, pat.status_code) == (201, 201)
+    assert alex.json()["id"] != pat.json()["id"]
+    listed = await node.request(
+        "GET", "/v1/registrations", token=device_token("alex", "alex-bot", "linux")
+    )
+    assert [r["id"] for r in listed.json()["registrations"]] == [alex.json()["id"]]
+
+    await node.append(message(1))
+    await node.settle()
+    # The receiver verifies with Alex's key: Alex's hint verifies, Pat's (signed with
+    # Pat's own key) does not, and Alex's never went to Pat's registration.
+    verified = [d for d in receiver.deliveries if d.verified]
+    assert len(receiver.deliveries) == 2 and len(verified) == 1
+    assert verified[0].body["user_id"] == "alex"
+    assert verified[0].body["registration_id"] == alex.json()["id"]
 
 
 DOWN_HOST = "down.bothy.test"
