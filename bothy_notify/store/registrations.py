@@ -275,13 +275,8 @@ def load(conn: Conn, ids: Collection[str]) -> dict[str, tuple[Registration, str]
     return {r[0]: (Registration(*r[:-1]), r[-1]) for r in rows}
 
 
-def mark_delivered(conn: Conn, registration_id: str, provider: str, now: datetime) -> None:
-    """A delivery: ``last_seen_at`` set, strikes reset (see :func:`mark_delivered_many`)."""
-    mark_delivered_many(conn, [(registration_id, provider)], now)
-
-
 def mark_delivered_many(conn: Conn, delivered: list[tuple[str, str]], now: datetime) -> None:
-    """Deliveries of many ``(registration_id, provider)`` in two statements: each
+    """Deliveries of many ``(registration_id, provider)``: each
     registration's ``last_seen_at`` set and strikes reset, and each provider's latest
     delivery (``provider_deliveries``) moved forward."""
     if not delivered:
@@ -292,18 +287,19 @@ def mark_delivered_many(conn: Conn, delivered: list[tuple[str, str]], now: datet
         (now, [registration_id for registration_id, _provider in delivered]),
     )
     providers = sorted({provider for _registration_id, provider in delivered})
-    # The provider rows are written last in the batch's transaction, so batches of
-    # several nodes take row locks in one order (registrations first); and at most once
-    # per granule, so they rarely wait on each other (DO NOTHING and an UPDATE whose
-    # WHERE fails take no lock).
+    # A provider row is written at most once per granule and never waited for: a row
+    # another transaction is stamping (with about the same time) is skipped, so result
+    # batches of several nodes never queue or deadlock behind it. Only the very first
+    # delivery of a provider inserts its row.
     conn.execute(
         "INSERT INTO bothy.provider_deliveries (provider, delivered_at)"
         " SELECT unnest(%s::text[]), %s ON CONFLICT (provider) DO NOTHING",
         (providers, now),
     )
     conn.execute(
-        "UPDATE bothy.provider_deliveries SET delivered_at = %s"
-        " WHERE provider = ANY(%s) AND delivered_at < %s",
+        "UPDATE bothy.provider_deliveries SET delivered_at = %s WHERE provider IN ("
+        " SELECT provider FROM bothy.provider_deliveries WHERE provider = ANY(%s)"
+        " AND delivered_at < %s FOR UPDATE SKIP LOCKED)",
         (now, providers, now - _DELIVERY_STAMP_GRANULARITY),
     )
 
