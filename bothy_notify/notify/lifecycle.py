@@ -226,10 +226,6 @@ class TokenLifecycle:
     def __repr__(self) -> str:
         return f"TokenLifecycle(max_strikes={self._rules.max_strikes})"
 
-    @property
-    def rules(self) -> StrikeRules:
-        return self._rules
-
     def effect(
         self, registration_id: str, provider: str, outcome: Outcome, *, last_attempt: bool
     ) -> Effect | BatchedEffect:
