@@ -33,6 +33,14 @@ def register(
     )
 
 
+def blocked(watcher: psycopg.Connection, pid: int) -> bool:
+    """Whether the backend ``pid`` waits for a lock."""
+    row = watcher.execute(
+        "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
+    ).fetchone()
+    return bool(row and row[0])
+
+
 def test_the_owner_scope_is_the_person_for_webhooks_only() -> None:
     assert regs.owner_scope("webhook", "alex") == "alex"
     assert regs.owner_scope("fcm", "alex") == ""
@@ -49,16 +57,17 @@ def test_two_people_registering_one_device_token_at_once_leave_it_with_the_later
     ):
         mine = register(first, "alex", "shared")  # uncommitted: invisible to the second
         result: list[regs.Registered] = []
-        sam = threading.Thread(
-            target=lambda: (result.append(register(second, "sam", "shared")), second.commit())
-        )
+
+        def sam_registers() -> None:
+            result.append(register(second, "sam", "shared"))
+            second.commit()
+
+        sam = threading.Thread(target=sam_registers)
         sam.start()
         # The second writer's insert waits on the first one's unique index entry.
         deadline = time.monotonic() + WAIT_LIMIT
         pid = second.info.backend_pid
-        while not watcher.execute(
-            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
-        ).fetchone()[0]:
+        while not blocked(watcher, pid):
             assert time.monotonic() < deadline, "the second writer never waited"
             time.sleep(0.01)
         first.commit()
