@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TextIO
 
 import trio
@@ -18,12 +18,14 @@ from bothy_notify.auth import mint_token
 from bothy_notify.config import Config, JwtAlgorithm
 from bothy_notify.kernel.clock import SystemClock
 from bothy_notify.kernel.ids import new_id
+from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.notify.lifecycle import TokenLifecycle, apply_now, what_to_check
 from bothy_notify.push.factory import build_providers
 from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
 from bothy_notify.push.registry import Providers
 from bothy_notify.store import registrations as regs
 from bothy_notify.store import secrets as secret_store
-from bothy_notify.store.db import Conn, StoreConflict, connect_dedicated, translate_errors
+from bothy_notify.store.db import StoreConflict, connect_dedicated, translate_errors
 from bothy_notify.store.embedded import EmbeddedPostgres
 from bothy_notify.store.migrate import migrate
 
@@ -175,17 +177,6 @@ _MISMATCH_HINT = {
     ),
 }
 
-_REASON_HINT = {
-    "private_address": "the webhook host resolves to a private or local address",
-    "http_404": "the receiver answered 404; check the webhook URL",
-    "http_410": "the receiver answered 410; check the webhook URL",
-    "token_unavailable": "the provider's token endpoint could not be reached",
-    "token_refused": "the token endpoint refused the credentials; check the service account",
-    "UNAUTHENTICATED": "FCM refused the access token; check the service account",
-    "InvalidProviderToken": "check push.apns.key, key_id and team_id",
-    "ExpiredProviderToken": "check push.apns.key_id, team_id and this host's clock",
-}
-
 
 def describe_outcome(provider: str, outcome: Outcome) -> str:
     """One line saying what a test send's outcome means and what to check."""
@@ -195,7 +186,7 @@ def describe_outcome(provider: str, outcome: Outcome) -> str:
     text = f"{label}: {_OUTCOME_TEXT[outcome.kind]}"
     if outcome.kind is OutcomeKind.MISMATCH:
         return f"{text}; " + _MISMATCH_HINT.get(provider, "check the app build's push settings")
-    hint = _REASON_HINT.get(outcome.reason)
+    hint = what_to_check(provider, outcome)
     return f"{text}; {hint}" if hint else text
 
 
@@ -204,10 +195,11 @@ def push_test_command(config: Config, user_id: str, out: TextIO) -> int:
     of that person and print, per registration, what really happened.
 
     Refuses when no provider is configured, and says "no device registered"
-    instead of reporting success for zero sends. The token lifecycle applies as
-    for a real send: delivered refreshes, dead retires, mismatch and rejected
-    record the error (transient results change nothing). Exit status 0 only
-    when every send was delivered.
+    instead of reporting success for zero sends. The token lifecycle
+    (:mod:`bothy_notify.notify.lifecycle`) applies as for the first attempt of a
+    real send: delivered refreshes, dead retires, mismatch, rejected and
+    transient record the error (a test send never counts a strike). Exit status
+    0 only when every send was delivered.
     """
     from bothy_notify.config import resolve_store_secrets, store_secret_names
 
@@ -248,6 +240,8 @@ def push_test_command(config: Config, user_id: str, out: TextIO) -> int:
             )
             results = trio.run(_send_tests, providers, found, platforms, config.push.max_attempts)
             now = SystemClock().now()
+            # The same lifecycle as the daemon's; its counters go to a registry nobody reads.
+            lifecycle = TokenLifecycle(config=config.push, metrics=Metrics())
             delivered = 0
             with conn.transaction():
                 for registration, outcome in results:
@@ -259,7 +253,10 @@ def push_test_command(config: Config, user_id: str, out: TextIO) -> int:
                         )
                     else:
                         detail = describe_outcome(registration.provider, outcome)
-                        _record(conn, registration.id, outcome, now)
+                        effect = lifecycle.effect(
+                            registration.id, registration.provider, outcome, last_attempt=False
+                        )
+                        apply_now(conn, effect, now)
                     delivered += outcome.kind is OutcomeKind.DELIVERED
                     print(
                         f"registration {registration.id} ({registration.provider}{env}): {detail}",
@@ -269,15 +266,6 @@ def push_test_command(config: Config, user_id: str, out: TextIO) -> int:
             conn.close()
     print(f"{delivered} of {len(results)} delivered", file=out)
     return 0 if delivered == len(results) else 1
-
-
-def _record(conn: Conn, registration_id: str, outcome: Outcome, now: datetime) -> None:
-    if outcome.kind is OutcomeKind.DELIVERED:
-        regs.mark_delivered(conn, registration_id, now)
-    elif outcome.kind is OutcomeKind.DEAD:
-        regs.mark_dead(conn, registration_id, outcome.reason or "dead", now)
-    elif outcome.kind is not OutcomeKind.TRANSIENT:
-        regs.mark_error(conn, registration_id, outcome.reason or outcome.kind.value, now)
 
 
 async def _send_tests(
@@ -302,7 +290,7 @@ async def _send_tests(
             # One attempt of a send that could retry: a single 404 is not "every attempt".
             attempt=1,
             max_attempts=max_attempts,
-            last_error=registration.last_error,
+            last_error=registration.error_since_delivery,
             failure_count=registration.failure_count,
         )
         outcomes[index] = await providers.send(target, message)

@@ -347,7 +347,20 @@ class PushConfig:
     )
     max_attempts: int = field(default=5, metadata=_meta("attempts per send", min=1, max=100))
     max_strikes: int = field(
-        default=3, metadata=_meta("consecutive transient failures that invalidate", min=1, max=100)
+        default=3,
+        metadata=_meta("strikes in a row (failed sends) that invalidate", min=1, max=100),
+    )
+    strike_interval: timedelta = field(
+        default=_d("1h"),
+        metadata=_meta(
+            "at most one strike per registration per interval; strikes count only while"
+            " the provider delivered to others within it",
+            min=1,
+            max=604_800,
+        ),
+    )
+    max_registrations_per_person: int = field(
+        default=20, metadata=_meta("registrations a person may hold", min=1, max=10_000)
     )
     max_in_flight: int = field(
         default=256, metadata=_meta("concurrent sends per provider", min=1, max=100_000)

@@ -101,10 +101,8 @@ class Housekeeper:
     async def sweep_now(self) -> SweepResult:
         now = self._clock.now()
         result = await self._db.run(lambda c: sweep(c, now, self._config))
-        if result.registrations_expired:
-            self._metrics.registrations_invalidated.labels("not_renewed").inc(
-                result.registrations_expired
-            )
+        self._metrics.registration("expired", result.registrations_expired, cause="not_renewed")
+        self._metrics.registration("deleted", result.registrations_deleted)
         log.info(
             "housekeeping sweep",
             extra={

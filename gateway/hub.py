@@ -1,7 +1,9 @@
 """The hub: every connection of this node, indexed by person and by device.
 
 Indices: the principal index (person -> connections) and the device index
-(device -> connections). A device holds one connection: when a newer
+((person, device) -> connections). A device is identified by (person, device
+id), so two people whose tokens carry the same device id never replace or
+close each other's connections. A device holds one connection: when a newer
 connection of the same device becomes live, the older ones close with 4017
 (and a connection that finds a newer live one of its device closes itself),
 so the device is reachable without a gap while the newer one catches up.
@@ -24,6 +26,7 @@ import itertools
 import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 
@@ -37,6 +40,9 @@ DROP_QUEUE_FULL = "queue_full"
 """``bothy_gateway_dropped_total{reason}``: the connection's outbound queue was full."""
 DROP_NOT_ADMITTED = "not_admitted"
 """``bothy_gateway_dropped_total{reason}``: admission refused the frame."""
+
+DeviceKey = tuple[str, str]
+"""A device: (person, device id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +74,7 @@ class Hub:
         self._queue_max = outbound_queue_max
         self._all: dict[int, Connection] = {}
         self._by_user: dict[str, list[Connection]] = {}
-        self._by_device: dict[str, list[Connection]] = {}
+        self._by_device: dict[DeviceKey, list[Connection]] = {}
         self._gauges = {p: metrics.gateway_connections.labels(p.value) for p in Phase}
         self._closed = metrics.gateway_closed
         self._dropped = {
@@ -104,7 +110,7 @@ class Hub:
             conn.user_id, conn.device_id = claims.user_id, claims.device_id
             conn.platform, conn.human = claims.platform, claims.is_human
             self._by_user.setdefault(conn.user_id, []).append(conn)
-            self._by_device.setdefault(conn.device_id, []).append(conn)
+            self._by_device.setdefault((conn.user_id, conn.device_id), []).append(conn)
             self._move(conn, Phase.CATCHING_UP)
 
     def go_live(self, conn: Connection) -> bool:
@@ -117,7 +123,7 @@ class Hub:
         with self._lock:
             if conn.phase is not Phase.CATCHING_UP:
                 return False
-            siblings = list(self._by_device.get(conn.device_id, ()))
+            siblings = list(self._by_device.get((conn.user_id, conn.device_id), ()))
             if any(c.serial > conn.serial and c.phase is Phase.LIVE for c in siblings):
                 self._close_locked(conn, REPLACED)
                 return False
@@ -173,12 +179,8 @@ class Hub:
         conn.scope.cancel()
 
     def _unindex(self, conn: Connection) -> None:
-        for index, key in ((self._by_user, conn.user_id), (self._by_device, conn.device_id)):
-            group = index.get(key)
-            if group is not None and conn in group:
-                group.remove(conn)
-                if not group:
-                    del index[key]
+        _drop(self._by_user, conn.user_id, conn)
+        _drop(self._by_device, (conn.user_id, conn.device_id), conn)
 
     def _move(self, conn: Connection, phase: Phase) -> None:
         self._gauges[conn.phase].dec()
@@ -217,8 +219,8 @@ class Hub:
                 return []
             return [c for c in group if c.phase is Phase.LIVE]
 
-    def device_ids(self) -> list[str]:
-        """Devices with an identified connection on this node."""
+    def devices(self) -> list[DeviceKey]:
+        """Devices, as (person, device id), with an identified connection on this node."""
         with self._lock:
             return list(self._by_device)
 
@@ -241,10 +243,10 @@ class Hub:
 
     # -- closing many ----------------------------------------------------------------
 
-    def close_device(self, device_id: str, close: Close) -> int:
-        """Close every connection of ``device_id``; returns how many."""
+    def close_device(self, user_id: str, device_id: str, close: Close) -> int:
+        """Close every connection of one person's device; returns how many."""
         with self._lock:
-            group = list(self._by_device.get(device_id, ()))
+            group = list(self._by_device.get((user_id, device_id), ()))
             for conn in group:
                 self._close_locked(conn, close)
         return len(group)
@@ -264,3 +266,11 @@ class Hub:
     def _wake(self) -> None:
         changed, self._changed = self._changed, trio.Event()
         changed.set()
+
+
+def _drop(index: dict[Any, list[Connection]], key: object, conn: Connection) -> None:
+    group = index.get(key)
+    if group is not None and conn in group:
+        group.remove(conn)
+        if not group:
+            del index[key]

@@ -54,15 +54,18 @@ def unread_threads(conn: Conn, user_id: str) -> list[tuple[str, int]]:
     return [(str(r[0]), int(r[1])) for r in rows]
 
 
-def revoked_among(conn: Conn, device_ids: Collection[str]) -> set[str]:
-    """The devices among ``device_ids`` whose state is ``revoked``."""
-    if not device_ids:
+def revoked_among(conn: Conn, devices: Collection[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The devices, as (person, device id), among ``devices`` whose state is ``revoked``."""
+    if not devices:
         return set()
+    keys = list(devices)
     rows = conn.execute(
-        "SELECT device_id FROM bothy.devices WHERE state = 'revoked' AND device_id = ANY(%s)",
-        (list(device_ids),),
+        "SELECT d.user_id, d.device_id FROM bothy.devices d"
+        " JOIN unnest(%s::text[], %s::text[]) AS k(user_id, device_id)"
+        " ON d.user_id = k.user_id AND d.device_id = k.device_id WHERE d.state = 'revoked'",
+        ([k[0] for k in keys], [k[1] for k in keys]),
     ).fetchall()
-    return {str(r[0]) for r in rows}
+    return {(str(r[0]), str(r[1])) for r in rows}
 
 
 __all__ = ["identify", "may_read", "readable_threads", "revoked_among", "unread_threads"]

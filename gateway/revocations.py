@@ -1,9 +1,11 @@
 """Closing the connections of revoked devices (close code 4010).
 
 The projection of ``device.upserted`` with state ``revoked`` runs
-``pg_notify('bothy_device_revoked', device_id)`` inside the consumer round's
-transaction, so the notification arrives after the commit. Every gateway
-listens on a dedicated connection and closes that device's connections.
+``pg_notify('bothy_device_revoked', '{"user_id": ..., "device_id": ...}')``
+inside the consumer round's transaction, so the notification arrives after the
+commit. Every gateway listens on a dedicated connection and closes the
+connections of that person's device only: a device is identified by (person,
+device id), so another person's device with the same id stays connected.
 
 A notification sent while the listener was not connected is never delivered,
 so after every (re)connection the listener also asks the database which of the
@@ -14,6 +16,7 @@ seen by one side or the other.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -22,6 +25,7 @@ from typing import Any, TypeVar
 import trio
 
 from bothy_notify.store.db import Conn, StoreError, connect_dedicated, translated
+from bothy_notify.store.projections import REVOKED_CHANNEL
 from gateway import queries
 from gateway.hub import Hub
 from gateway.protocol import REVOKED
@@ -29,9 +33,6 @@ from gateway.protocol import REVOKED
 log = logging.getLogger("bothy.gateway.revocations")
 
 T = TypeVar("T")
-
-REVOKED_CHANNEL = "bothy_device_revoked"
-"""The ``NOTIFY`` channel of ``bothy_notify.store.projections.revoke_device``."""
 
 WAIT_SLICE = 0.25
 """Longest single wait in the worker thread, so cancellation is seen within this time."""
@@ -72,12 +73,14 @@ class RevocationListener:
                 if not started:
                     started = True
                     task_status.started()
-                connected = self._hub.device_ids()
-                for device_id in await self._thread(queries.revoked_among, conn, connected):
-                    self._hub.close_device(device_id, REVOKED)
+                connected = self._hub.devices()
+                for user_id, device_id in await self._thread(
+                    queries.revoked_among, conn, connected
+                ):
+                    self._hub.close_device(user_id, device_id, REVOKED)
                 while True:
-                    for device_id in await self._thread(_wait_revoked, conn):
-                        self._hub.close_device(device_id, REVOKED)
+                    for user_id, device_id in await self._thread(_wait_revoked, conn):
+                        self._hub.close_device(user_id, device_id, REVOKED)
             except StoreError:
                 log.warning("revocation listener lost its database connection; reconnecting")
                 await trio.sleep(self._retry)
@@ -90,6 +93,26 @@ class RevocationListener:
         return await trio.to_thread.run_sync(translated(fn), *args, limiter=self._limiter)
 
 
-def _wait_revoked(conn: Conn) -> list[str]:
-    """Device IDs of the notifications that arrive within :data:`WAIT_SLICE`."""
-    return [n.payload for n in conn.notifies(timeout=WAIT_SLICE, stop_after=1)]
+def _wait_revoked(conn: Conn) -> list[tuple[str, str]]:
+    """Devices, as (person, device id), of the notifications that arrive within
+    :data:`WAIT_SLICE`."""
+    return [
+        key
+        for n in conn.notifies(timeout=WAIT_SLICE, stop_after=1)
+        if (key := revoked_device(n.payload)) is not None
+    ]
+
+
+def revoked_device(payload: str) -> tuple[str, str] | None:
+    """The (person, device id) of a revocation notification; ``None`` (logged) when the
+    payload is not the JSON object ``{"user_id", "device_id"}`` (never trusted blindly)."""
+    try:
+        parsed = json.loads(payload)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        user_id, device_id = parsed.get("user_id"), parsed.get("device_id")
+        if isinstance(user_id, str) and isinstance(device_id, str):
+            return user_id, device_id
+    log.warning("a revocation notification without a person and device was ignored")
+    return None

@@ -1,4 +1,14 @@
-"""Push registrations of the calling device (SPEC section 9)."""
+"""Push registrations of the calling device (SPEC section 9).
+
+``POST /v1/registrations`` stores, refreshes, restores or takes over a
+registration (see :mod:`bothy_notify.store.registrations`): a device token
+another person registered moves to the caller, a webhook URL never moves
+between people (each person gets a registration of their own), and a person
+holds at most ``push.max_registrations_per_person`` (409 beyond). Tokens are
+capped per provider (:data:`TOKEN_MAX`, 422 naming the field). Counts
+``bothy_registrations_total{action}``: ``registered``, ``restored``, and
+``deleted`` (``DELETE``, and invalidated registrations deleted to make room).
+"""
 
 from __future__ import annotations
 
@@ -12,14 +22,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from bothy_notify.api.context import ApiContext, device_claims, read_json
-from bothy_notify.api.errors import invalid
+from bothy_notify.api.errors import ApiError, invalid
 from bothy_notify.kernel.ids import is_valid_id
 from bothy_notify.store import registrations as regs
 
 ENVIRONMENTS = ("sandbox", "production")
-_TOKEN_MAX = 4096
+TOKEN_MAX = {"apns": 200, "fcm": 4096, "webhook": 2048, "fake": 4096}
+"""Longest token per provider: APNs device tokens are hex of 64 bytes today (200
+leaves room), FCM registration tokens are a few hundred characters (4096 as
+Firebase allows), webhook URLs 2048 (what browsers and proxies reliably carry)."""
+_TOKEN_MAX_OTHER = 4096
 _APNS_TOKEN = re.compile(r"^[0-9a-fA-F]{64,200}$")
 _PLAIN_TOKEN = re.compile(r"^[\x21-\x7e]{1,4096}$")
+LIMIT_REACHED = (
+    "this person holds the most push registrations allowed"
+    " (push.max_registrations_per_person); delete one first"
+)
 _FIELDS = {"provider", "token", "environment", "app_id", "signing_key"}
 
 
@@ -28,20 +46,30 @@ async def post_registration(ctx: ApiContext, request: Request) -> JSONResponse:
     body = await read_json(request, ctx.config.server.max_body_bytes)
     fields = await _validate(ctx, body)
     now = ctx.clock.now()
-    registration, created = await ctx.db.run(
-        lambda c: regs.upsert(
-            c,
-            user_id=claims.user_id,
-            device_id=claims.device_id,
-            provider=fields["provider"],
-            token=fields["token"],
-            environment=fields.get("environment"),
-            app_id=fields.get("app_id"),
-            signing_key=fields.get("signing_key"),
-            now=now,
+    try:
+        result = await ctx.db.run(
+            lambda c: regs.upsert(
+                c,
+                user_id=claims.user_id,
+                device_id=claims.device_id,
+                provider=fields["provider"],
+                token=fields["token"],
+                environment=fields.get("environment"),
+                app_id=fields.get("app_id"),
+                signing_key=fields.get("signing_key"),
+                now=now,
+                max_per_person=ctx.config.push.max_registrations_per_person,
+            )
         )
-    )
-    return JSONResponse(registration.public(), 201 if created else 200)
+    except regs.RegistrationLimitReached:
+        raise ApiError(409, "too_many_registrations", LIMIT_REACHED) from None
+    metrics = ctx.metrics
+    metrics.registration("deleted", result.evicted)
+    if result.change in (regs.Change.CREATED, regs.Change.MOVED):
+        metrics.registration("registered")
+    elif result.change is regs.Change.RESTORED:
+        metrics.registration("restored")
+    return JSONResponse(result.registration.public(), 201 if result.created else 200)
 
 
 async def list_registrations(ctx: ApiContext, request: Request) -> JSONResponse:
@@ -53,8 +81,10 @@ async def list_registrations(ctx: ApiContext, request: Request) -> JSONResponse:
 async def delete_registration(ctx: ApiContext, request: Request) -> Response:
     claims = await device_claims(ctx, request)
     registration_id = request.path_params["registration_id"]
-    if len(registration_id) <= 128:
-        await ctx.db.run(lambda c: regs.delete(c, claims.user_id, registration_id))
+    if len(registration_id) <= 128 and await ctx.db.run(
+        lambda c: regs.delete(c, claims.user_id, registration_id)
+    ):
+        ctx.metrics.registration("deleted")
     return Response(status_code=204)
 
 
@@ -71,8 +101,11 @@ async def _validate(ctx: ApiContext, body: Any) -> dict[str, Any]:
     token = body.get("token")
     if token is None:
         raise invalid("token", "required")
-    if not isinstance(token, str) or not token or len(token) > _TOKEN_MAX:
-        raise invalid("token", "expected a non-empty string of at most 4096 characters")
+    if not isinstance(token, str) or not token:
+        raise invalid("token", "expected a non-empty string")
+    limit = TOKEN_MAX.get(provider, _TOKEN_MAX_OTHER)
+    if len(token) > limit:
+        raise invalid("token", f"longer than {limit} characters, the limit for {provider}")
     environment = body.get("environment")
     if environment is not None and environment not in ENVIRONMENTS:
         raise invalid("environment", "expected sandbox or production")

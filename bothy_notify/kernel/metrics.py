@@ -31,6 +31,11 @@ SKIP_REASONS = (
 )
 """Why a hint or a send stopped; the values of ``bothy_push_skipped_total{reason}``."""
 
+REGISTRATION_ACTIONS = ("registered", "restored", "invalidated", "expired", "deleted")
+"""What happened to push registrations; the values of ``bothy_registrations_total{action}``."""
+INVALIDATION_CAUSES = ("dead", "strikes", "device_revoked", "not_renewed")
+"""Why registrations were invalidated; ``bothy_registrations_invalidated_total{cause}``."""
+
 _DELIVERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600)
 
 
@@ -123,9 +128,18 @@ class Metrics:
             ["kind", "result"],
             registry=r,
         )
+        self.registrations = Counter(
+            "bothy_registrations",
+            "Push registrations registered, restored, invalidated, expired or deleted.",
+            ["action"],
+            registry=r,
+        )
+        for action in REGISTRATION_ACTIONS:
+            self.registrations.labels(action)
         self.registrations_invalidated = Counter(
             "bothy_registrations_invalidated",
-            "Push registrations invalidated, by cause.",
+            "Push registrations invalidated, by cause (dead, strikes, device_revoked,"
+            " not_renewed).",
             ["cause"],
             registry=r,
         )
@@ -139,6 +153,15 @@ class Metrics:
         """Count ``amount`` skips with ``reason`` (one of :data:`SKIP_REASONS`)."""
         if amount:
             self.push_skipped.labels(reason).inc(amount)
+
+    def registration(self, action: str, amount: int = 1, *, cause: str | None = None) -> None:
+        """Count ``amount`` registrations with ``action`` (one of
+        :data:`REGISTRATION_ACTIONS`); an invalidation also counts its ``cause``
+        (one of :data:`INVALIDATION_CAUSES`)."""
+        if amount:
+            self.registrations.labels(action).inc(amount)
+            if cause is not None:
+                self.registrations_invalidated.labels(cause).inc(amount)
 
     def skipped(self, reason: str) -> float:
         """The current value of ``bothy_push_skipped_total{reason}`` (tests, demo)."""

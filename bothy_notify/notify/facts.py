@@ -68,11 +68,12 @@ _PEOPLE = (
     " FROM bothy.users u LEFT JOIN bothy.preferences p USING (user_id)"
     " WHERE u.user_id = ANY(%s)"
 )
-# A device without a row counts as active (its row may still be on its way).
+# A device without a row counts as active (its row may still be on its way). A device
+# is the person's own: (user_id, device_id) is its key.
 _DEVICES = (
     "SELECT r.user_id, r.device_id, coalesce(d.platform, 'web'), r.id"
     " FROM bothy.push_registrations r"
-    " LEFT JOIN bothy.devices d ON d.device_id = r.device_id"
+    " LEFT JOIN bothy.devices d ON d.user_id = r.user_id AND d.device_id = r.device_id"
     " WHERE r.user_id = ANY(%s) AND r.invalidated_at IS NULL"
     "   AND coalesce(d.state, 'active') = 'active'"
     " ORDER BY r.user_id, r.device_id, r.id"

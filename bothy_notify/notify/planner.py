@@ -69,6 +69,7 @@ class RoundOutcome:
     hints: Counter[str] = field(default_factory=Counter)
     folded: int = 0
     deduplicated: int = 0
+    registrations_invalidated: int = 0
 
 
 def policy_of(config: Config) -> Policy:
@@ -274,8 +275,9 @@ class RoundPlanner:
         p = event.payload
         request: HintRequest | None = None
         if event.type == "device.upserted":
-            before = upsert_device(self.conn, p)
-            if p["state"] == "pending" and before != "pending":
+            change = upsert_device(self.conn, p)
+            self.outcome.registrations_invalidated += change.invalidated
+            if p["state"] == "pending" and change.before != "pending":
                 request = security_hint(p)
         else:
             PROJECTIONS[event.type](self.conn, p)

@@ -203,6 +203,7 @@ class ConsumerRound:
             m.hints_coalesced.inc(outcome.folded)
         if outcome.deduplicated:
             m.hints_deduplicated.inc(outcome.deduplicated)
+        m.registration("invalidated", outcome.registrations_invalidated, cause="device_revoked")
 
     def _sample_lag(self, conn: Conn) -> None:
         with conn.transaction():

@@ -25,9 +25,14 @@ Answers become outcomes here and nowhere else:
 403 ExpiredProviderToken                                   a new JWT and one immediate
                                                            resend in the same deadline;
                                                            a second one: rejected
-429, 5xx, timeout, connection error                        transient (1 s minimum)
+429, 5xx                                                   transient (1 s minimum)
+timeout, connection, TLS error (no answer)                 transient, ``ours`` (never
+                                                           a strike)
 every other status                                         rejected
 =========================================================  ==========================
+
+Rejections are logged with what to check by the token lifecycle
+(:mod:`bothy_notify.notify.lifecycle`), once per reason per minute.
 
 The whole send, resend included, is bounded by
 :data:`~.transport.REQUEST_BOUND`.
@@ -309,19 +314,15 @@ class ApnsProvider:
                         headers={**headers, "authorization": f"bearer {token}"},
                     )
                 except httpx.HTTPError as exc:
-                    return Outcome.transient(transport_reason(exc), RETRY_MINIMUM)
+                    # No answer from Apple: nothing is known about this token.
+                    return Outcome.transient(transport_reason(exc), RETRY_MINIMUM, ours=True)
                 reason = _reason(response)
                 if response.status_code == 403 and reason == "ExpiredProviderToken":
                     self.tokens.invalidate(token)
                     if not resent:
                         resent = True
                         continue
-                    if self._throttle.allow("expired_twice"):
-                        log.warning(
-                            "APNs refused two fresh provider tokens in a row; check"
-                            " push.apns.key_id, push.apns.team_id and this host's clock",
-                            extra={"reason": reason},
-                        )
+                    # Logged with what to check by the token lifecycle (rejections).
                     return Outcome.rejected(reason)
                 outcome = apns_outcome(
                     response.status_code,
@@ -330,7 +331,7 @@ class ApnsProvider:
                 )
                 self._explain(outcome, environment)
                 return outcome
-        return Outcome.transient("timeout", RETRY_MINIMUM)
+        return Outcome.transient("timeout", RETRY_MINIMUM, ours=True)
 
     def _explain(self, outcome: Outcome, environment: str) -> None:
         if outcome.kind.value == "mismatch" and self._throttle.allow(
@@ -343,13 +344,6 @@ class ApnsProvider:
                 environment,
                 self._topic,
                 extra={"environment": environment, "topic": self._topic, "reason": outcome.reason},
-            )
-        elif outcome.reason in ("InvalidProviderToken", "MissingProviderToken") and (
-            self._throttle.allow(outcome.reason)
-        ):
-            log.error(
-                "APNs refused the provider token; check push.apns.key, key_id and team_id",
-                extra={"reason": outcome.reason},
             )
 
     async def aclose(self) -> None:

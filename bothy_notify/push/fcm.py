@@ -22,7 +22,10 @@ Answers become outcomes here and nowhere else, in this order (SPEC section 10):
 
 A longer ``Retry-After`` is honoured up to 300 s. A 401 means the access token
 was refused: it is dropped, a new one fetched and the message resent once
-within the same deadline; a second 401 is rejected.
+within the same deadline; a second 401 is rejected. No answer at all
+(connection, TLS, timeout) and a failing token endpoint are transient and
+``ours``: they never count as a strike. Rejections are logged with what to
+check by the token lifecycle (:mod:`bothy_notify.notify.lifecycle`).
 
 Access-token errors (module hierarchy)::
 
@@ -394,7 +397,8 @@ class FcmProvider:
                         },
                     )
                 except httpx.HTTPError as exc:
-                    return Outcome.transient(transport_reason(exc), TRANSIENT_MINIMUM)
+                    # No answer from FCM: nothing is known about this token.
+                    return Outcome.transient(transport_reason(exc), TRANSIENT_MINIMUM, ours=True)
                 if response.status_code == 401:
                     self.tokens.invalidate(token)
                     if not resent:
@@ -411,25 +415,21 @@ class FcmProvider:
                 )
                 self._explain(outcome)
                 return outcome
-        return Outcome.transient("timeout", TRANSIENT_MINIMUM)
+        return Outcome.transient("timeout", TRANSIENT_MINIMUM, ours=True)
 
     async def _token(self) -> str | Outcome:
+        # Our own token fetch failing says nothing about the registration: ``ours``.
         with trio.move_on_after(self._bound):
             try:
                 return await self.tokens.token()
             except TokenUnavailable:
-                return Outcome.transient("token_unavailable", TRANSIENT_MINIMUM)
+                return Outcome.transient("token_unavailable", TRANSIENT_MINIMUM, ours=True)
             except TokenRefused:
                 return self._refused("token_refused")
-        return Outcome.transient("token_timeout", TRANSIENT_MINIMUM)
+        return Outcome.transient("token_timeout", TRANSIENT_MINIMUM, ours=True)
 
     def _refused(self, reason: str) -> Outcome:
-        if self._throttle.allow(reason):
-            log.error(
-                "FCM refused our credentials; check push.fcm.service_account"
-                " (the key may be disabled or deleted)",
-                extra={"reason": reason},
-            )
+        # Logged with what to check (push.fcm.service_account) by the token lifecycle.
         return Outcome.rejected(reason)
 
     def _explain(self, outcome: Outcome) -> None:

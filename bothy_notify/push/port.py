@@ -1,15 +1,41 @@
 """The provider port: what a send needs, what it returns.
 
-Outcomes (SPEC section 10) and what the token lifecycle does with them:
+Outcomes (SPEC section 10) and what the token lifecycle
+(:mod:`bothy_notify.notify.lifecycle`) does with them:
 
 - ``delivered``: ``last_seen_at`` set, strikes reset.
 - ``dead``: the token is gone for good; the registration is invalidated (kept).
 - ``mismatch``: the token belongs to another app or environment; kept, the error
   recorded, no strike (a build problem, not a device problem).
-- ``rejected``: the provider refused this message; kept, no strike (a payload
-  bug must never delete registrations).
+- ``rejected``: the provider refused this message; kept, the error recorded, no
+  strike (a payload bug must never delete registrations); logged once per
+  (provider, reason) per minute with what to check.
 - ``transient``: try again later (``retry_after`` is the provider's minimum);
-  counts a strike, and ``push.max_strikes`` in a row invalidate.
+  the error is recorded. Only a *send* whose every attempt was transient may
+  count one strike, and only when its last outcome is not ``ours``, no strike
+  was counted within ``push.strike_interval``, and the same provider delivered
+  to other registrations within that interval. ``push.max_strikes`` in a row
+  invalidate.
+
+``Outcome.ours`` says that no answer about this registration arrived: the
+failure is on our side of the provider (or the provider as a whole), so it
+says nothing about the token and never counts as a strike. Each provider sets
+it where it builds the outcome:
+
+=========  ===========================================  ===============================
+provider   ``ours`` (never a strike)                    about the registration (may
+                                                        strike while others deliver)
+=========  ===========================================  ===============================
+apns       connection, TLS, protocol errors, timeout    429, 5xx answers
+           before an answer, the 30 s send bound
+fcm        connection, TLS, protocol errors, timeout    429/quota, 5xx, ``UNAVAILABLE``,
+           before an answer, the OAuth2 token endpoint  ``INTERNAL`` answers
+           failing or timing out, the 30 s send bound
+webhook    the egress proxy failing, the 30 s send      5xx answers, and DNS, connection,
+           bound                                        TLS and timeouts of the
+                                                        registration's own host
+fake       never                                        ``transient-`` tokens
+=========  ===========================================  ===============================
 """
 
 from __future__ import annotations
@@ -38,19 +64,25 @@ class Outcome:
             runner's backoff alone decides).
         reason: the provider's reason code (``BadDeviceToken``, ``UNREGISTERED``,
             ``http_503``, ``timeout``...); never a token, URL or ID.
+        ours: for ``transient``, no answer about this registration arrived (our
+            connection, DNS, TLS or token fetch failed, or time ran out before an
+            answer): it never counts as a strike (see the module docstring).
     """
 
     kind: OutcomeKind
     retry_after: timedelta | None = None
     reason: str = ""
+    ours: bool = False
 
     @classmethod
     def delivered(cls) -> Outcome:
         return cls(OutcomeKind.DELIVERED)
 
     @classmethod
-    def transient(cls, reason: str, retry_after: timedelta | None = None) -> Outcome:
-        return cls(OutcomeKind.TRANSIENT, retry_after, reason)
+    def transient(
+        cls, reason: str, retry_after: timedelta | None = None, *, ours: bool = False
+    ) -> Outcome:
+        return cls(OutcomeKind.TRANSIENT, retry_after, reason, ours)
 
     @classmethod
     def rejected(cls, reason: str) -> Outcome:
@@ -106,9 +138,11 @@ class PushMessage:
 class Target:
     """Where a push goes: one registration. The repr shows no token, key or ID.
 
-    ``attempt`` and ``max_attempts`` are the send job's; ``last_error`` and
-    ``failure_count`` are the registration's as loaded before this attempt (the
-    webhook provider reads them to tell "every attempt answered 404" apart).
+    ``attempt`` and ``max_attempts`` are the send job's. ``last_error`` is the
+    registration's latest error when it is newer than its latest delivery (else
+    ``None``), as loaded before this attempt: the webhook provider reads it to
+    tell "every attempt answered 404" apart. ``failure_count`` is the
+    registration's strikes in a row.
     """
 
     registration_id: str

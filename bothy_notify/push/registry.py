@@ -73,7 +73,8 @@ class Providers:
         try:
             with trio.move_on_after(SEND_BOUND.total_seconds()):
                 return await provider.send(target, message)
-            return Outcome.transient("timeout")
+            # The provider did not keep its own bound: nothing is known about the token.
+            return Outcome.transient("timeout", ours=True)
         finally:
             limiter.release()
 

@@ -23,7 +23,10 @@ Where a webhook may go:
 Answers become outcomes here and nowhere else: 2xx delivered; 404/410 dead
 only when every attempt of the send answered so (until then transient,
 retried); redirects and other 4xx rejected; 5xx, timeout and connection
-errors transient (1 s minimum). No redirect is followed.
+errors transient (1 s minimum). No redirect is followed. The host is the
+registration's own, so its DNS, connection and timeout failures are about the
+registration (they may count as strikes while other webhooks deliver); only a
+failing egress proxy is ``ours``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ import binascii
 import hashlib
 import hmac
 import json
-import logging
 import ssl
 from collections.abc import Sequence
 from datetime import timedelta
@@ -55,12 +57,9 @@ from bothy_notify.push.resolver import (
 )
 from bothy_notify.push.transport import (
     REQUEST_BOUND,
-    LogThrottle,
     ssl_context,
     transport_reason,
 )
-
-log = logging.getLogger("bothy.push.webhook")
 
 RETRY_MINIMUM = timedelta(seconds=1)
 """Earliest retry after a transient webhook failure."""
@@ -99,17 +98,15 @@ def webhook_outcome(status: int, target: Target) -> Outcome:
     """The outcome of one webhook answer; pure.
 
     404 and 410 are dead only when every attempt of this send answered so: the
-    streak is carried by the registration (its ``last_error`` is ``http_404`` or
-    ``http_410`` and it has strikes since its last delivery). Until the last
+    streak is carried by the registration (its error since its last delivery,
+    ``target.last_error``, is ``http_404`` or ``http_410``). Until the last
     attempt they are transient, so they are retried.
     """
     if 200 <= status <= 299:
         return Outcome.delivered()
     if status in GONE_STATUSES:
         code = f"http_{status}"
-        streak = target.attempt <= 1 or (
-            target.failure_count > 0 and target.last_error in ("http_404", "http_410")
-        )
+        streak = target.attempt <= 1 or target.last_error in ("http_404", "http_410")
         if not streak:
             return Outcome.transient(f"{code}_after_other_errors", RETRY_MINIMUM)
         if target.attempt >= target.max_attempts:
@@ -157,7 +154,6 @@ class WebhookProvider:
         self._ssl.set_alpn_protocols(["http/1.1"])
         self._proxy = httpx.URL(proxy) if proxy else None
         self._proxy_ssl = ssl_context(ca_file, key="push.webhook.ca_file") if proxy else None
-        self._throttle = LogThrottle()
 
     @classmethod
     def from_config(
@@ -231,11 +227,7 @@ class WebhookProvider:
             except ResolveError:
                 return Outcome.transient("dns_error", RETRY_MINIMUM)
             if not self._allow_private and any(is_blocked_address(a) for a in addresses):
-                if self._throttle.allow("private_address"):
-                    log.warning(
-                        "a webhook host resolves to a private or local address; not sent",
-                        extra={"reason": "private_address"},
-                    )
+                # Logged with what to check by the token lifecycle (rejections).
                 return Outcome.rejected("private_address")
             # A pool per send, bound to the checked address; it keeps no connection, so
             # a connection verified for one host is never reused for another.
@@ -253,7 +245,10 @@ class WebhookProvider:
                 ):
                     status = response.status
             except _NETWORK_ERRORS as exc:
-                return Outcome.transient(transport_reason(exc), RETRY_MINIMUM)
+                # The host is the registration's own: its failure may count as a strike,
+                # except when our egress proxy failed.
+                reason = transport_reason(exc)
+                return Outcome.transient(reason, RETRY_MINIMUM, ours=reason == "proxy_error")
             return webhook_outcome(status, target)
         return Outcome.transient("timeout", RETRY_MINIMUM)
 

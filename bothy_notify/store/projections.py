@@ -8,7 +8,9 @@ the same functions, so both ways in have one meaning.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from bothy_notify.store.db import Conn
@@ -25,31 +27,54 @@ def upsert_user(conn: Conn, p: Payload) -> None:
     )
 
 
-def upsert_device(conn: Conn, p: Payload) -> str | None:
-    """Project ``device.upserted``; return the state it left (``None`` if new)."""
+REVOKED_CHANNEL = "bothy_device_revoked"
+"""``NOTIFY`` channel of a revoked device; the payload is JSON
+``{"user_id": ..., "device_id": ...}`` (IDs only), read by ``gateway.revocations``."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceChange:
+    """What projecting ``device.upserted`` did: the state the device left (``None`` if
+    new) and how many registrations a revocation invalidated."""
+
+    before: str | None
+    invalidated: int = 0
+
+
+def upsert_device(conn: Conn, p: Payload) -> DeviceChange:
+    """Project ``device.upserted`` for the device of (``user_id``, ``device_id``).
+
+    A device is the person's own: another person's device with the same id is
+    never read or changed.
+    """
+    key = (p["user_id"], p["device_id"])
     row = conn.execute(
-        "SELECT state FROM bothy.devices WHERE device_id = %s FOR UPDATE", (p["device_id"],)
+        "SELECT state FROM bothy.devices WHERE user_id = %s AND device_id = %s FOR UPDATE", key
     ).fetchone()
     conn.execute(
-        "INSERT INTO bothy.devices (device_id, user_id, platform, state) VALUES (%s, %s, %s, %s)"
-        " ON CONFLICT (device_id) DO UPDATE SET user_id = EXCLUDED.user_id,"
+        "INSERT INTO bothy.devices (user_id, device_id, platform, state) VALUES (%s, %s, %s, %s)"
+        " ON CONFLICT (user_id, device_id) DO UPDATE SET"
         " platform = EXCLUDED.platform, state = EXCLUDED.state, updated_at = now()",
-        (p["device_id"], p["user_id"], p["platform"], p["state"]),
+        (*key, p["platform"], p["state"]),
     )
+    invalidated = 0
     if p["state"] == "revoked":
-        revoke_device(conn, p["device_id"])
-    return row[0] if row else None
+        invalidated = revoke_device(conn, *key)
+    return DeviceChange(row[0] if row else None, invalidated)
 
 
-def revoke_device(conn: Conn, device_id: str) -> None:
-    """Invalidate a revoked device's registrations and tell every gateway (IDs only)."""
-    conn.execute(
-        "UPDATE bothy.push_registrations SET invalidated_at = coalesce(invalidated_at, now()),"
+def revoke_device(conn: Conn, user_id: str, device_id: str) -> int:
+    """Invalidate the registrations of one person's revoked device and tell every
+    gateway (IDs only); returns how many registrations were active until now."""
+    invalidated = conn.execute(
+        "UPDATE bothy.push_registrations SET invalidated_at = now(),"
         " last_error = coalesce(last_error, 'device_revoked')"
-        " WHERE device_id = %s AND invalidated_at IS NULL",
-        (device_id,),
-    )
-    conn.execute("SELECT pg_notify('bothy_device_revoked', %s)", (device_id,))
+        " WHERE user_id = %s AND device_id = %s AND invalidated_at IS NULL",
+        (user_id, device_id),
+    ).rowcount
+    payload = json.dumps({"user_id": user_id, "device_id": device_id}, separators=(",", ":"))
+    conn.execute("SELECT pg_notify(%s, %s)", (REVOKED_CHANNEL, payload))
+    return invalidated
 
 
 def upsert_thread(conn: Conn, p: Payload) -> None:

@@ -1,14 +1,28 @@
 """Push registrations and the devices they belong to.
 
-A registration is unique on (provider, token). Registering a known token
-refreshes it, restores it after invalidation (errors cleared), and moves it to
-the caller when another person held it (the device changed hands).
-Invalidated registrations are kept as evidence until
+A device is identified by (person, device id): two people whose tokens carry
+the same device id have a device row each, and a registration belongs to the
+device of its own person.
+
+A registration is unique on (provider, owner scope, token): for APNs, FCM and
+the fake provider the scope is empty, so registering a known token refreshes
+it, restores it after invalidation (errors cleared), and moves it to the
+caller when another person held it (the device changed hands); for webhooks
+the scope is the person, so a URL never moves between people and a second
+person registering the same URL gets a registration (and signing key) of
+their own. The unique index is on the token's SHA-256, so no token length can
+overflow it.
+
+A person holds at most ``push.max_registrations_per_person`` registrations:
+a new one first makes room by deleting the person's oldest invalidated
+registrations, and raises :class:`RegistrationLimitReached` when all are
+active. Invalidated registrations are kept as evidence until
 ``push.invalidated_retention`` and are never sent to.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,8 +33,15 @@ from bothy_notify.store.db import Conn
 
 _COLUMNS = (
     "id, user_id, device_id, provider, token, environment, app_id, signing_key, created_at,"
-    " renewed_at, last_seen_at, last_error_at, last_error, failure_count, invalidated_at"
+    " renewed_at, last_seen_at, last_error_at, last_error, failure_count, invalidated_at,"
+    " last_strike_at"
 )
+_WEBHOOK = "webhook"
+"""The provider whose tokens (URLs) are scoped to their person."""
+_PERSON_LOCK = 0x6274_7267  # "btrg": registrations of one person, with hashtext(user_id).
+_DELIVERY_STAMP_GRANULARITY = timedelta(seconds=1)
+"""``provider_deliveries`` moves at most this often, so result batches of many nodes
+rarely wait on its row (a strike decision needs far coarser time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +63,20 @@ class Registration:
     last_error: str | None
     failure_count: int
     invalidated_at: datetime | None
+    last_strike_at: datetime | None = None
 
     @property
     def state(self) -> str:
         return "invalidated" if self.invalidated_at is not None else "active"
+
+    @property
+    def error_since_delivery(self) -> str | None:
+        """``last_error`` when it is newer than the latest delivery, else ``None``."""
+        if self.last_error is None or self.last_error_at is None:
+            return None
+        if self.last_seen_at is not None and self.last_seen_at >= self.last_error_at:
+            return None
+        return self.last_error
 
     def public(self) -> dict[str, Any]:
         """The API answer (SPEC section 9): no token, no signing key; absent members omitted."""
@@ -68,6 +99,42 @@ def _iso(when: datetime) -> str:
     return when.isoformat().replace("+00:00", "Z")
 
 
+class Change(enum.StrEnum):
+    """What registering did."""
+
+    CREATED = "created"
+    """A new registration (answered 201)."""
+    MOVED = "moved"
+    """A device token another person held now belongs to the caller."""
+    RESTORED = "restored"
+    """The caller's invalidated registration is active again, its errors cleared."""
+    REFRESHED = "refreshed"
+    """The caller's active registration was registered again (renewed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """The result of :func:`upsert`: the registration, what changed, and how many of
+    the person's invalidated registrations were deleted to make room."""
+
+    registration: Registration
+    change: Change
+    evicted: int = 0
+
+    @property
+    def created(self) -> bool:
+        return self.change is Change.CREATED
+
+
+class RegistrationLimitReached(Exception):
+    """The person already holds ``push.max_registrations_per_person`` active registrations."""
+
+
+def owner_scope(provider: str, user_id: str) -> str:
+    """The owner part of a registration's unique key (see the module docstring)."""
+    return user_id if provider == _WEBHOOK else ""
+
+
 def upsert(
     conn: Conn,
     *,
@@ -79,30 +146,99 @@ def upsert(
     app_id: str | None,
     signing_key: str | None,
     now: datetime,
-) -> tuple[Registration, bool]:
-    """Store or refresh a registration; return it and whether it is new."""
+    max_per_person: int | None = None,
+) -> Registered:
+    """Store, refresh, restore or take over a registration (in the caller's transaction).
+
+    A registration new to the caller (created, or moved from another person)
+    counts against ``max_per_person``; registering one of the caller's own
+    tokens again never does. Raises :class:`RegistrationLimitReached` (the
+    caller rolls back) when the limit is reached and no invalidated
+    registration of the person can make room.
+    """
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_PERSON_LOCK, user_id))
+    scope = owner_scope(provider, user_id)
+    fields = (device_id, environment, app_id, signing_key, now)
+    while True:
+        found = conn.execute(
+            f"SELECT {_COLUMNS} FROM bothy.push_registrations WHERE provider = %s"
+            " AND owner_scope = %s AND token_digest = sha256(convert_to(%s, 'UTF8'))"
+            " FOR UPDATE",
+            (provider, scope, token),
+        ).fetchone()
+        if found is not None:
+            existing = Registration(*found)
+            if existing.user_id == user_id:
+                restored = existing.invalidated_at is not None
+                change = Change.RESTORED if restored else Change.REFRESHED
+                renewed = _renew(conn, existing.id, user_id, fields, clear=restored)
+                return Registered(renewed, change)
+            evicted = _make_room(conn, user_id, max_per_person)
+            moved = _renew(conn, existing.id, user_id, fields, clear=True)
+            return Registered(moved, Change.MOVED, evicted)
+        evicted = _make_room(conn, user_id, max_per_person)
+        row = conn.execute(
+            f"INSERT INTO bothy.push_registrations ({_COLUMNS})"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, NULL, 0, NULL, NULL)"
+            " ON CONFLICT (provider, owner_scope, token_digest) DO NOTHING"
+            f" RETURNING {_COLUMNS}",
+            (new_id(), user_id, device_id, provider, token, *fields[1:4], now, now),
+        ).fetchone()
+        if row is not None:
+            return Registered(Registration(*row), Change.CREATED, evicted)
+        # Another person registered the same device token at this moment: it is
+        # committed now, so the next look finds it and takes it over.
+
+
+def _renew(
+    conn: Conn,
+    registration_id: str,
+    user_id: str,
+    fields: tuple[str, str | None, str | None, str | None, datetime],
+    *,
+    clear: bool,
+) -> Registration:
+    """Register a known registration again for ``user_id``; ``clear`` starts it afresh
+    (active, no errors, no strikes)."""
+    device_id, environment, app_id, signing_key, now = fields
+    reset = (
+        ", invalidated_at = NULL, failure_count = 0, last_error = NULL, last_error_at = NULL,"
+        " last_strike_at = NULL"
+        if clear
+        else ""
+    )
     row = conn.execute(
-        f"INSERT INTO bothy.push_registrations ({_COLUMNS})"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, NULL, 0, NULL)"
-        " ON CONFLICT (provider, token) DO UPDATE SET"
-        "  user_id = EXCLUDED.user_id, device_id = EXCLUDED.device_id,"
-        "  environment = EXCLUDED.environment, app_id = EXCLUDED.app_id,"
-        "  signing_key = EXCLUDED.signing_key, renewed_at = EXCLUDED.renewed_at,"
-        "  invalidated_at = NULL,"
-        "  failure_count = CASE WHEN bothy.push_registrations.invalidated_at IS NULL"
-        "    AND bothy.push_registrations.user_id = EXCLUDED.user_id"
-        "    THEN bothy.push_registrations.failure_count ELSE 0 END,"
-        "  last_error = CASE WHEN bothy.push_registrations.invalidated_at IS NULL"
-        "    AND bothy.push_registrations.user_id = EXCLUDED.user_id"
-        "    THEN bothy.push_registrations.last_error END,"
-        "  last_error_at = CASE WHEN bothy.push_registrations.invalidated_at IS NULL"
-        "    AND bothy.push_registrations.user_id = EXCLUDED.user_id"
-        "    THEN bothy.push_registrations.last_error_at END"
-        f" RETURNING {_COLUMNS}, (xmax = 0) AS inserted",
-        (new_id(), user_id, device_id, provider, token, environment, app_id, signing_key, now, now),
+        "UPDATE bothy.push_registrations SET user_id = %s, device_id = %s, environment = %s,"
+        f" app_id = %s, signing_key = %s, renewed_at = %s{reset} WHERE id = %s"
+        f" RETURNING {_COLUMNS}",
+        (user_id, device_id, environment, app_id, signing_key, now, registration_id),
     ).fetchone()
     assert row is not None
-    return Registration(*row[:-1]), bool(row[-1])
+    return Registration(*row)
+
+
+def _make_room(conn: Conn, user_id: str, limit: int | None) -> int:
+    """Delete the person's oldest invalidated registrations so one more fits under
+    ``limit``; returns how many. Raises :class:`RegistrationLimitReached` when the
+    active ones alone fill it."""
+    if limit is None:
+        return 0
+    row = conn.execute(
+        "SELECT count(*) FROM bothy.push_registrations WHERE user_id = %s", (user_id,)
+    ).fetchone()
+    held = int(row[0]) if row else 0
+    excess = held - limit + 1
+    if excess <= 0:
+        return 0
+    deleted = conn.execute(
+        "DELETE FROM bothy.push_registrations WHERE id IN ("
+        " SELECT id FROM bothy.push_registrations WHERE user_id = %s"
+        " AND invalidated_at IS NOT NULL ORDER BY invalidated_at, id LIMIT %s)",
+        (user_id, excess),
+    ).rowcount
+    if deleted < excess:
+        raise RegistrationLimitReached
+    return deleted
 
 
 def list_for(conn: Conn, user_id: str) -> list[Registration]:
@@ -132,58 +268,115 @@ def load(conn: Conn, ids: Collection[str]) -> dict[str, tuple[Registration, str]
     cols = ", ".join(f"r.{c.strip()}" for c in _COLUMNS.split(","))
     rows = conn.execute(
         f"SELECT {cols}, coalesce(d.platform, 'web') FROM bothy.push_registrations r"
-        " LEFT JOIN bothy.devices d ON d.device_id = r.device_id WHERE r.id = ANY(%s)",
+        " LEFT JOIN bothy.devices d ON d.user_id = r.user_id AND d.device_id = r.device_id"
+        " WHERE r.id = ANY(%s)",
         (list(ids),),
     ).fetchall()
     return {r[0]: (Registration(*r[:-1]), r[-1]) for r in rows}
 
 
-def mark_delivered(conn: Conn, registration_id: str, now: datetime) -> None:
+def mark_delivered_many(conn: Conn, delivered: list[tuple[str, str]], now: datetime) -> None:
+    """Deliveries of many ``(registration_id, provider)``: each
+    registration's ``last_seen_at`` set and strikes reset, and each provider's latest
+    delivery (``provider_deliveries``) moved forward."""
+    if not delivered:
+        return
     conn.execute(
-        "UPDATE bothy.push_registrations SET last_seen_at = %s, failure_count = 0 WHERE id = %s",
-        (now, registration_id),
+        "UPDATE bothy.push_registrations SET last_seen_at = %s, failure_count = 0,"
+        " last_strike_at = NULL WHERE id = ANY(%s)",
+        (now, [registration_id for registration_id, _provider in delivered]),
+    )
+    providers = sorted({provider for _registration_id, provider in delivered})
+    # A provider row is written at most once per granule and never waited for: a row
+    # another transaction is stamping (with about the same time) is skipped, so result
+    # batches of several nodes never queue or deadlock behind it. Only the very first
+    # delivery of a provider inserts its row.
+    conn.execute(
+        "INSERT INTO bothy.provider_deliveries (provider, delivered_at)"
+        " SELECT unnest(%s::text[]), %s ON CONFLICT (provider) DO NOTHING",
+        (providers, now),
+    )
+    conn.execute(
+        "UPDATE bothy.provider_deliveries SET delivered_at = %s WHERE provider IN ("
+        " SELECT provider FROM bothy.provider_deliveries WHERE provider = ANY(%s)"
+        " AND delivered_at < %s FOR UPDATE SKIP LOCKED)",
+        (now, providers, now - _DELIVERY_STAMP_GRANULARITY),
     )
 
 
-def mark_delivered_many(conn: Conn, registration_ids: list[str], now: datetime) -> None:
-    """:func:`mark_delivered` for many registrations in one statement."""
-    conn.execute(
-        "UPDATE bothy.push_registrations SET last_seen_at = %s, failure_count = 0"
-        " WHERE id = ANY(%s)",
-        (now, registration_ids),
-    )
-
-
-def mark_dead(conn: Conn, registration_id: str, reason: str, now: datetime) -> None:
-    conn.execute(
-        "UPDATE bothy.push_registrations SET invalidated_at = coalesce(invalidated_at, %s),"
-        " last_error = %s, last_error_at = %s WHERE id = %s",
-        (now, reason, now, registration_id),
+def mark_dead(conn: Conn, registration_id: str, reason: str, now: datetime) -> bool:
+    """Invalidate (kept as evidence); returns whether it was active until now."""
+    return (
+        conn.execute(
+            "UPDATE bothy.push_registrations SET invalidated_at = %s, last_error = %s,"
+            " last_error_at = %s WHERE id = %s AND invalidated_at IS NULL",
+            (now, reason, now, registration_id),
+        ).rowcount
+        > 0
     )
 
 
 def mark_error(conn: Conn, registration_id: str, reason: str, now: datetime) -> None:
-    """Record a mismatch or rejection: kept, no strike."""
+    """Record an error that keeps the registration: a mismatch, a rejection, a transient
+    attempt, or a failed send that counts no strike."""
     conn.execute(
         "UPDATE bothy.push_registrations SET last_error = %s, last_error_at = %s WHERE id = %s",
         (reason, now, registration_id),
     )
 
 
-def add_strike(
-    conn: Conn, registration_id: str, reason: str, max_strikes: int, now: datetime
-) -> bool:
-    """Count a transient failure; invalidate at ``max_strikes`` in a row. Returns whether
-    it was invalidated now."""
+def mark_errors_many(conn: Conn, errors: list[tuple[str, str]], now: datetime) -> None:
+    """:func:`mark_error` for many ``(registration_id, reason)`` in one statement."""
+    if errors:
+        conn.execute(
+            "UPDATE bothy.push_registrations r SET last_error = e.reason, last_error_at = %s"
+            " FROM unnest(%s::text[], %s::text[]) AS e(id, reason) WHERE r.id = e.id",
+            (now, [e[0] for e in errors], [e[1] for e in errors]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StrikeState:
+    """What the strike rules read about a registration and its provider.
+
+    Attributes:
+        active: not invalidated.
+        strikes: strikes in a row so far (``failure_count``).
+        last_strike_at: when the latest of them counted.
+        last_seen_at: the registration's latest delivery.
+        provider_delivered_at: the provider's latest delivery to any registration.
+    """
+
+    active: bool
+    strikes: int
+    last_strike_at: datetime | None
+    last_seen_at: datetime | None
+    provider_delivered_at: datetime | None
+
+
+def strike_state(conn: Conn, registration_id: str) -> StrikeState | None:
+    """Lock the registration and read its :class:`StrikeState` (``None`` when gone)."""
     row = conn.execute(
-        "UPDATE bothy.push_registrations SET failure_count = failure_count + 1,"
-        " last_error = %s, last_error_at = %s,"
-        " invalidated_at = CASE WHEN failure_count + 1 >= %s THEN coalesce(invalidated_at, %s)"
-        "   ELSE invalidated_at END"
-        " WHERE id = %s RETURNING failure_count >= %s AND invalidated_at = %s",
-        (reason, now, max_strikes, now, registration_id, max_strikes, now),
+        "SELECT r.invalidated_at IS NULL, r.failure_count, r.last_strike_at, r.last_seen_at,"
+        " p.delivered_at FROM bothy.push_registrations r"
+        " LEFT JOIN bothy.provider_deliveries p ON p.provider = r.provider"
+        " WHERE r.id = %s FOR UPDATE OF r",
+        (registration_id,),
     ).fetchone()
-    return bool(row and row[0])
+    return StrikeState(*row) if row is not None else None
+
+
+def add_strike(
+    conn: Conn, registration_id: str, reason: str, now: datetime, *, invalidate: bool
+) -> None:
+    """Count one strike (the error recorded); ``invalidate`` when it is the last one allowed."""
+    conn.execute(
+        "UPDATE bothy.push_registrations SET failure_count = failure_count + 1,"
+        " last_strike_at = %s, last_error = %s, last_error_at = %s,"
+        " invalidated_at = CASE WHEN %s THEN coalesce(invalidated_at, %s) ELSE invalidated_at END"
+        " WHERE id = %s",
+        (now, reason, now, invalidate, now, registration_id),
+    )
 
 
 def sweep_unrenewed(conn: Conn, now: datetime, ttl: timedelta) -> int:
@@ -204,11 +397,13 @@ def delete_invalidated(conn: Conn, older_than: datetime) -> int:
 def ensure_device(
     conn: Conn, *, user_id: str, device_id: str, platform: str, principal_kind: str
 ) -> str:
-    """Create or update the device row from a token's claims; return its state.
+    """Create or update the person's device row from a token's claims; return its state.
 
-    A revoked device stays revoked (the caller refuses it). The person's row is
-    created when unknown (a human, active), so a registering person can be reached
-    before the app has sent ``user.upserted``; the app's own upsert wins later.
+    The row is the person's own (key: person and device id), so another person
+    whose token carries the same device id never touches it. A revoked device
+    stays revoked (the caller refuses it). The person's row is created when
+    unknown (a human, active), so a registering person can be reached before
+    the app has sent ``user.upserted``; the app's own upsert wins later.
     """
     conn.execute(
         "INSERT INTO bothy.users (user_id, kind, active) VALUES (%s, %s, true)"
@@ -218,9 +413,7 @@ def ensure_device(
     row = conn.execute(
         "INSERT INTO bothy.devices (device_id, user_id, platform, state)"
         " VALUES (%s, %s, %s, 'active')"
-        " ON CONFLICT (device_id) DO UPDATE SET"
-        "  user_id = CASE WHEN bothy.devices.state = 'revoked' THEN bothy.devices.user_id"
-        "    ELSE EXCLUDED.user_id END,"
+        " ON CONFLICT (user_id, device_id) DO UPDATE SET"
         "  platform = CASE WHEN bothy.devices.state = 'revoked' THEN bothy.devices.platform"
         "    ELSE EXCLUDED.platform END,"
         "  updated_at = now()"

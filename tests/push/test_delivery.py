@@ -4,6 +4,8 @@ address checks at registration and at send, and per-provider permits."""
 
 from __future__ import annotations
 
+import base64
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,17 +15,23 @@ import trustme
 
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.apns import ApnsCredentials, ApnsProvider
-from bothy_notify.push.fcm import FcmProvider, GoogleAccessTokens, load_service_account
+from bothy_notify.push.fcm import (
+    FcmProvider,
+    GoogleAccessTokens,
+    TokenUnavailable,
+    load_service_account,
+)
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webhook import WebhookProvider
 from tests.harness import Launch, Node, device_token, ev, make_config
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
 from tests.push.fake_apns import Answer, FakeApns
-from tests.push.fake_fcm import FakeFcm, FcmAnswer, error_body
+from tests.push.fake_fcm import PROJECT, FakeFcm, FcmAnswer, error_body
 from tests.push.webhook_receiver import HOST, SIGNING_KEY, WebhookReceiver
 
 APNS_TOKEN = "ab" * 32
+IPAD_TOKEN = "cd" * 32
 FCM_TOKEN = "fcm-token-alex"
 PUBLIC = "93.184.216.34"
 
@@ -59,6 +67,27 @@ def message(seq: int) -> dict[str, Any]:
         author_id="sam",
         mentions=[],
     )
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 where nothing listens (connections are refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def registration_token(node: Node, token: str) -> dict[str, Any]:
+    ((invalidated_at, last_error, failure_count),) = await node.sql(
+        "SELECT invalidated_at, last_error, failure_count FROM bothy.push_registrations"
+        " WHERE token = %s",
+        (token,),
+    )
+    return {
+        "invalidated": invalidated_at is not None,
+        "last_error": last_error,
+        "failure_count": failure_count,
+    }
 
 
 async def registration(node: Node, provider: str) -> dict[str, Any]:
@@ -140,48 +169,56 @@ async def test_expired_provider_token_twice_is_rejected_and_the_registration_kep
     assert job["state"] == "completed" and job["attempt"] == 1
 
 
-async def test_three_transient_failures_in_a_row_invalidate(
+async def test_one_send_failing_with_three_apns_503s_is_one_strike_not_an_invalidation(
     launch: Launch, fake_apns: FakeApns, apns_key: ApnsKey, ca_file: str, now_clock: FakeClock
 ) -> None:
-    node = await start(launch, now_clock, {"apns": apns(fake_apns, apns_key, ca_file, now_clock)})
+    node = await start(
+        launch,
+        now_clock,
+        {"apns": apns(fake_apns, apns_key, ca_file, now_clock)},
+        max_attempts=3,
+    )
+    await node.register("alex", "alex-ipad", IPAD_TOKEN, provider="apns")  # delivers
     await node.register("alex", "alex-phone", APNS_TOKEN, provider="apns")
-    fake_apns.answer(APNS_TOKEN, *[Answer(503, "ServiceUnavailable")] * 5)
+    fake_apns.answer(APNS_TOKEN, *[Answer(503, "ServiceUnavailable")] * 3)
     await node.append(message(1))
     await node.settle()
     await node.advance(2)
-    assert await registration(node, "apns") == {
+    await node.advance(4)
+
+    assert fake_apns.count == 4  # three attempts to the phone, one to the iPad
+    assert await registration_token(node, APNS_TOKEN) == {
         "invalidated": False,
         "last_error": "ServiceUnavailable",
-        "failure_count": 2,
+        "failure_count": 1,
     }
-    await node.advance(4)
-
-    assert fake_apns.count == 3
-    state = await registration(node, "apns")
-    assert state["invalidated"] and state["failure_count"] == 3
 
 
-async def test_a_delivery_between_transient_failures_resets_the_count(
+async def test_an_apns_host_that_cannot_be_reached_never_counts_a_strike(
     launch: Launch, fake_apns: FakeApns, apns_key: ApnsKey, ca_file: str, now_clock: FakeClock
 ) -> None:
-    node = await start(launch, now_clock, {"apns": apns(fake_apns, apns_key, ca_file, now_clock)})
-    await node.register("alex", "alex-phone", APNS_TOKEN, provider="apns")
-    unavailable = Answer(503, "ServiceUnavailable")
-    fake_apns.answer(APNS_TOKEN, unavailable, unavailable, Answer(200))
-    await node.append(message(1))
-    await node.settle()
-    await node.advance(2)
-    await node.advance(4)
-    assert (await registration(node, "apns"))["failure_count"] == 0
+    provider = ApnsProvider(
+        credentials=ApnsCredentials(apns_key.private, KEY_ID, TEAM_ID),
+        topic=TOPIC,
+        clock=now_clock,
+        hosts={"production": fake_apns.url, "sandbox": f"https://127.0.0.1:{closed_port()}"},
+        ca_file=ca_file,
+    )
+    node = await start(launch, now_clock, {"apns": provider}, max_attempts=2, max_strikes=1)
+    await node.register("alex", "alex-ipad", IPAD_TOKEN, provider="apns")  # delivers
+    await node.register("alex", "alex-phone", APNS_TOKEN, provider="apns", environment="sandbox")
+    for seq in (1, 2):
+        await node.append(message(seq))
+        await node.settle()
+        await node.advance(5)
+        await node.advance(3600)
 
-    fake_apns.answer(APNS_TOKEN, unavailable, unavailable, Answer(200))
-    await node.append(message(2))
-    await node.settle()
-    await node.advance(2)
-
-    assert fake_apns.count == 5
-    state = await registration(node, "apns")
-    assert not state["invalidated"] and state["failure_count"] == 2
+    assert fake_apns.count == 2  # the iPad's; the phone's host never answered
+    assert await registration_token(node, APNS_TOKEN) == {
+        "invalidated": False,
+        "last_error": "connect_error",
+        "failure_count": 0,
+    }
 
 
 # ---------------------------------------------------------------- FCM retry delays
@@ -245,6 +282,56 @@ async def test_fcm_unregistered_retires_and_invalid_argument_keeps(
     await node.append(message(2))
     await node.settle()
     assert (await registration(node, "fcm"))["invalidated"]
+
+
+class SwitchableAccessTokens:
+    """An in-memory ``AccessTokens``: a fixed token, or the token endpoint unreachable."""
+
+    def __init__(self) -> None:
+        self.unreachable = False
+
+    async def token(self) -> str:
+        await trio.lowlevel.checkpoint()
+        if self.unreachable:
+            raise TokenUnavailable("the token endpoint could not be reached")
+        return "ya29.fake-static"
+
+    def invalidate(self, token: str) -> None:
+        return None
+
+
+async def test_an_fcm_token_endpoint_failure_never_counts_a_strike(
+    launch: Launch, fake_fcm: FakeFcm, ca_file: str, now_clock: FakeClock
+) -> None:
+    tokens = SwitchableAccessTokens()
+    provider = FcmProvider(
+        project_id=PROJECT,
+        tokens=tokens,
+        clock=now_clock,
+        endpoint=fake_fcm.url,
+        ca_file=ca_file,
+    )
+    fake_fcm.issued.append("ya29.fake-static")
+    node = await start(launch, now_clock, {"fcm": provider}, max_attempts=2, max_strikes=1)
+    await node.register("sam", "sams-phone", "fcm-token-sam", provider="fcm", platform="android")
+    await node.append(ev("thread.followed", user_id="sam", thread_id="t1", level="all"))
+    by_pat = message(1)
+    by_pat["payload"]["author_id"] = "pat"
+    await node.append(by_pat)
+    await node.settle()
+    assert len(fake_fcm.requests) == 1  # FCM delivered to Sam
+    await node.register("alex", "alex-phone", FCM_TOKEN, provider="fcm", platform="android")
+    tokens.unreachable = True
+    await node.append(message(2))
+    await node.settle()
+    await node.advance(30)
+
+    assert len(fake_fcm.requests) == 1
+    assert await registration_token(node, FCM_TOKEN) == {
+        "invalidated": False,
+        "last_error": "token_unavailable",
+        "failure_count": 0,
+    }
 
 
 # ---------------------------------------------------------------- webhooks
@@ -385,6 +472,92 @@ async def test_webhook_404_or_410_is_dead_only_when_every_attempt_answered_so(
     assert (await registration(node, "webhook"))["invalidated"] is invalidated
     (job,) = await node.jobs("notify.push_send")
     assert job["state"] == job_state
+
+
+OTHER_KEY = base64.b64encode(b"another-key-of-32-bytes-for-pat!").decode()
+
+
+async def test_a_webhook_url_registered_by_two_people_is_two_registrations_with_own_keys(
+    launch: Launch, receiver: WebhookReceiver, ca_file: str, now_clock: FakeClock
+) -> None:
+    resolver = FakeResolver({HOST: ["127.0.0.1"]})
+    node = await start(
+        launch, now_clock, {"webhook": hooks(resolver, now_clock, ca_file, private=True)}
+    )
+    await node.append(
+        ev("user.upserted", user_id="pat", kind="human", active=True),
+        ev("member.added", user_id="pat", scope_id="s1"),
+        ev("thread.followed", user_id="pat", thread_id="t1", level="all"),
+    )
+    alex = await register_hook(node, receiver.url())
+    pat = await node.request(
+        "POST",
+        "/v1/registrations",
+        json={"provider": "webhook", "token": receiver.url(), "signing_key": OTHER_KEY},
+        token=device_token("pat", "pat-bot", "linux"),
+    )
+
+    assert (alex.status_code, pat.status_code) == (201, 201)
+    assert alex.json()["id"] != pat.json()["id"]
+    listed = await node.request(
+        "GET", "/v1/registrations", token=device_token("alex", "alex-bot", "linux")
+    )
+    assert [r["id"] for r in listed.json()["registrations"]] == [alex.json()["id"]]
+
+    await node.append(message(1))
+    await node.settle()
+    # The receiver verifies with Alex's key: Alex's hint verifies, Pat's (signed with
+    # Pat's own key) does not, and Alex's never went to Pat's registration.
+    verified = [d for d in receiver.deliveries if d.verified]
+    assert len(receiver.deliveries) == 2 and len(verified) == 1
+    assert verified[0].body["user_id"] == "alex"
+    assert verified[0].body["registration_id"] == alex.json()["id"]
+
+
+DOWN_HOST = "down.bothy.test"
+
+
+async def test_a_webhook_host_down_for_a_day_while_others_deliver_is_invalidated_after_max_strikes(
+    launch: Launch, receiver: WebhookReceiver, ca_file: str, now_clock: FakeClock
+) -> None:
+    # down.bothy.test resolves to 127.0.0.2, where nothing listens: every attempt is refused.
+    resolver = FakeResolver({HOST: ["127.0.0.1"], DOWN_HOST: ["127.0.0.2"]})
+    provider = WebhookProvider(
+        allowed_domains=(HOST, DOWN_HOST),
+        allow_private_addresses=True,
+        resolver=resolver,
+        clock=now_clock,
+        ca_file=ca_file,
+    )
+    node = await start(launch, now_clock, {"webhook": provider}, max_attempts=2)
+    await node.append(
+        ev("user.upserted", user_id="pat", kind="human", active=True),
+        ev("member.added", user_id="pat", scope_id="s1"),
+        ev("thread.followed", user_id="pat", thread_id="t1", level="all"),
+    )
+    for user, url in (("pat", receiver.url("/ok")), ("alex", receiver.url("/hook", DOWN_HOST))):
+        response = await node.request(
+            "POST",
+            "/v1/registrations",
+            json={"provider": "webhook", "token": url, "signing_key": SIGNING_KEY},
+            token=device_token(user, f"{user}-bot", "linux"),
+        )
+        assert response.status_code == 201
+    down = receiver.url("/hook", DOWN_HOST)
+
+    states = []
+    for seq in range(1, 13):  # a message every two hours for a day
+        await node.append(message(seq))
+        await node.settle()
+        await node.advance(5)  # the send's second attempt
+        states.append(await registration_token(node, down))
+        await node.advance(2 * 3600)
+
+    assert [s["failure_count"] for s in states[:3]] == [1, 2, 3]
+    assert [s["invalidated"] for s in states] == [False, False] + [True] * 10
+    assert states[0]["last_error"] == "connect_error"
+    assert len([d for d in receiver.deliveries if d.path == "/ok"]) == 12  # Pat's, every time
+    assert node.skipped("no_registration") == 9  # Alex has no route once invalidated
 
 
 # ---------------------------------------------------------------- isolation

@@ -11,8 +11,11 @@ Checks, in one transaction for the whole claimed batch (SPEC section 7):
    position reached ``release_seq``: skip ``read``. An immediate push reads
    nothing extra, and a delayed push re-evaluates nothing else.
 
-Then the provider send, outside any transaction, and its outcome applied to the
-registration together with the job's result (token lifecycle, SPEC section 10).
+Then the provider send, outside any transaction. Its outcome becomes the job's
+result here (a transient outcome retries while attempts remain, and the send
+fails after the last one), and its effect on the registration comes from the
+token lifecycle (:mod:`bothy_notify.notify.lifecycle`), committed together with
+the result.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.notify import facts
 from bothy_notify.notify.domain import SkipReason, release_delayed
 from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs
+from bothy_notify.notify.lifecycle import TokenLifecycle, send_outcome
 from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
 from bothy_notify.push.registry import Providers
-from bothy_notify.runner import BatchedEffect, Defer, Done, JobResult, Report, retry_or_fail
+from bothy_notify.runner import Defer, Done, JobResult, Report, retry_or_fail
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job
@@ -48,7 +52,6 @@ _RANDOM = random.Random()  # noqa: S311 - spreading retries, not cryptography
 class _Send:
     args: PushSendArgs
     target: Target
-    failure_count: int
 
 
 def hint_age_exceeded(due_at_micros: int, now: datetime, config: PushConfig) -> bool:
@@ -80,6 +83,7 @@ class PushSendHandler:
         self._config = config
         self._metrics = metrics
         self._mv = catalogue_version
+        self.lifecycle = TokenLifecycle(config=config, metrics=metrics)
 
     def __repr__(self) -> str:
         return "PushSendHandler()"
@@ -142,10 +146,9 @@ class PushSendHandler:
                     signing_key=reg.signing_key,
                     attempt=attempts[job_id][0],
                     max_attempts=attempts[job_id][1],
-                    last_error=reg.last_error,
+                    last_error=reg.error_since_delivery,
                     failure_count=reg.failure_count,
                 ),
-                reg.failure_count,
             )
         return plans
 
@@ -170,7 +173,11 @@ class PushSendHandler:
             after = PERMIT_WAIT * (1 + _RANDOM.random())
             await report(job, Defer(after, "provider_busy"))
             return
-        self._metrics.push_sends.labels(plan.target.provider, outcome.kind.value).inc()
+        last_attempt = job.attempt >= job.max_attempts
+        self._metrics.push_sends.labels(
+            plan.target.provider, send_outcome(outcome, last_attempt=last_attempt)
+        ).inc()
+        self.lifecycle.explain(plan.target.provider, outcome)
         if outcome.kind is not OutcomeKind.TRANSIENT:
             route = "push_delayed" if a.release_seq > 0 else "push"
             self._metrics.delivery_seconds.labels(route).observe(
@@ -179,23 +186,17 @@ class PushSendHandler:
         await report(job, self.result_for(job, plan, outcome))
 
     def result_for(self, job: Job, plan: _Send, outcome: Outcome) -> JobResult:
-        """The job result and registration effect of one outcome (token lifecycle)."""
-        reg_id = plan.target.registration_id
-        reason = outcome.reason or outcome.kind.value
-        if outcome.kind is OutcomeKind.DELIVERED:
-            return Done("delivered", BatchedEffect(regs.mark_delivered_many, reg_id))
-        if outcome.kind is OutcomeKind.DEAD:
-            self._metrics.registrations_invalidated.labels("dead").inc()
-            return Done("dead", lambda c, now: regs.mark_dead(c, reg_id, reason, now))
-        if outcome.kind in (OutcomeKind.MISMATCH, OutcomeKind.REJECTED):
-            # A mismatch was logged by its provider, naming the environment and topic.
-            return Done(outcome.kind.value, lambda c, now: regs.mark_error(c, reg_id, reason, now))
-        max_strikes = self._config.max_strikes
+        """The job result of one outcome, carrying its registration effect.
 
-        def strike(c: Conn, now: datetime) -> None:
-            if regs.add_strike(c, reg_id, reason, max_strikes, now):
-                self._metrics.registrations_invalidated.labels("strikes").inc()
-
-        if plan.failure_count + 1 >= max_strikes:
-            return Done("transient_invalidated", strike)
-        return retry_or_fail(job, reason, outcome.retry_after, strike)
+        A transient outcome retries while attempts remain (no sooner than the
+        provider's minimum); after the last attempt the send has failed and the job
+        fails. Every other outcome finishes the job.
+        """
+        target = plan.target
+        last_attempt = job.attempt >= job.max_attempts
+        effect = self.lifecycle.effect(
+            target.registration_id, target.provider, outcome, last_attempt=last_attempt
+        )
+        if outcome.kind is OutcomeKind.TRANSIENT:
+            return retry_or_fail(job, outcome.reason or "transient", outcome.retry_after, effect)
+        return Done(outcome.kind.value, effect)
