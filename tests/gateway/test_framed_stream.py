@@ -106,6 +106,6 @@ def test_text_messages_reach_the_library_as_binary_and_are_remembered_as_text(
     server.receive_bytes(out[len(UPGRADE) :])
     frames = list(server.received_frames())
     assert [f.opcode.value for f in frames] == [2, 2] * len(kinds)  # binary messages
-    assert [bytes(f.payload) for f in frames] == [b"ab", b"cd"] * len(kinds)
+    assert [f.payload for f in frames] == [b"ab", b"cd"] * len(kinds)
     assert [stream.was_text() for _ in kinds] == kinds
     assert stream.was_text() is False  # nothing more was passed on
