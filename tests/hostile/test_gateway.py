@@ -236,3 +236,34 @@ async def test_every_malformed_token_closes_identify_with_4001(
         ("alex-phone",),
     ]
     await bystander_still_works(node, alex, 1)
+
+
+async def test_an_odd_upgrade_ends_that_connection_only(
+    launch: Launch, nursery: trio.Nursery
+) -> None:
+    node = await start(launch, sync={"identify_timeout": "500ms", "write_timeout": "500ms"})
+    alex = await bystander(nursery, node)
+    host, _, port = gateway_address(node).rpartition(":")
+    garbage = {
+        "not HTTP": b"\x00\xff\xfe\x16\x03\x01 hello\r\n\r\n",
+        "no upgrade": b"GET /v1/gateway HTTP/1.1\r\nHost: x\r\n\r\n",
+        "a bad key": (
+            b"GET /v1/gateway HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: \xff\r\n\r\n"
+        ),
+        "a NUL in a header": b"GET /v1/gateway HTTP/1.1\r\nHost: \x00\r\n\r\n",
+        "headers over 64 KiB": b"GET /v1/gateway HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n",
+    }
+    for name, data in garbage.items():
+        async with await trio.open_tcp_stream(host, int(port)) as stream:
+            await stream.send_all(data)
+            answer = b""
+            with trio.fail_after(10):
+                try:
+                    while chunk := await stream.receive_some(65536):
+                        answer += chunk
+                except trio.BrokenResourceError:  # reset: dropped with data unread
+                    pass
+        # Refused (4xx), dropped, or upgraded and then closed at the identify timeout.
+        assert not answer or answer.startswith((b"HTTP/1.1 4", b"HTTP/1.1 101")), name
+    await bystander_still_works(node, alex, 1)
