@@ -61,11 +61,23 @@ class Phase(enum.StrEnum):
 
 
 class CloseCode(enum.IntEnum):
-    """Close codes of SPEC section 8, and ``OVER_LIMIT`` (4008), ours.
+    """Close codes of SPEC section 8, and ``OVER_LIMIT`` (4008), ours::
+
+        1001  SHUTDOWN       the node shuts down
+        4001  AUTH           bad identify or reauth token; the token expired
+        4003  PROTOCOL       malformed frame, unknown op, wrong phase, identify timeout
+        4008  OVER_LIMIT     too many unidentified connections (the oldest goes),
+                             or too many connections of one person
+        4009  HEARTBEAT      no frame within the heartbeat timeout
+        4010  REVOKED        the device is revoked, or the person deactivated
+        4014  WRITE_STALLED  a write did not finish within sync.write_timeout
+        4017  REPLACED       a newer connection of the same device is live
 
     4008 mirrors the WebSocket code 1008 (policy violation) and is not used by
-    SPEC: the node refuses a connection over ``sync.max_unidentified_connections``
-    (the oldest unidentified one makes room) or ``sync.max_connections_per_person``.
+    SPEC: ``sync.max_unidentified_connections`` and
+    ``sync.max_connections_per_person``. A deactivated person gets 4010, not
+    4001: the token is valid, and a client that fetched a new one would be
+    refused again.
     """
 
     SHUTDOWN = 1001
