@@ -86,8 +86,9 @@ async def exchange(address: str, data: bytes) -> Answer:
         return await read_answer(stream)
 
 
-async def trickle(address: str, data: bytes, *, pause: float) -> Answer:
-    """Send ``data`` one byte per ``pause`` seconds until the server answers or closes.
+async def trickle(address: str, data: bytes, *, pause: float, at_once: int = 0) -> Answer:
+    """Send the first ``at_once`` bytes of ``data`` at once, then one byte per ``pause``
+    seconds until the server answers or closes.
 
     The pause paces a hostile client; no assertion depends on it.
     """
@@ -96,7 +97,8 @@ async def trickle(address: str, data: bytes, *, pause: float) -> Answer:
         answer: Answer | None = None
 
         async def send_slowly() -> None:
-            for i in range(len(data)):
+            await stream.send_all(data[:at_once])
+            for i in range(at_once, len(data)):
                 try:
                     await stream.send_all(data[i : i + 1])
                 except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -191,7 +191,7 @@ async def test_every_malformed_frame_before_identify_closes_with_4003(
     for name, payload, reason in UNIDENTIFIED_CASES:
         raw = await RawClient.connect(gateway_address(node))
         try:
-            assert await raw.read_until(lambda f: f.get("op") == "hello")
+            assert await raw.wait_hello()
             await raw.stream.send_all(client_frame(payload))
             assert await closed_by(raw) == (4003, reason), name
         finally:

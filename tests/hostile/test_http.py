@@ -112,7 +112,8 @@ async def test_a_body_sent_a_byte_at_a_time_is_cut_off_with_408(launch: Launch) 
         answers: list[Answer] = []
 
         async def slow_client() -> None:
-            answers.append(await trickle(api_address(node), data, pause=0.01))
+            headers = data.index(b"\r\n\r\n") + 4
+            answers.append(await trickle(api_address(node), data, pause=0.01, at_once=headers))
 
         nursery.start_soon(slow_client)
         await still_serves(node)  # while the slow client is still sending
