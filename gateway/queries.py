@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from bothy_notify.auth import DeviceClaims
-from bothy_notify.store import people, projections, registrations
+from bothy_notify.store import people, projections
 from bothy_notify.store.access import READABLE, may_read, readable_threads
 from bothy_notify.store.db import Conn
 from bothy_notify.store.people import inactive_among
 
-DEACTIVATED = "deactivated"
+DEACTIVATED = people.DEACTIVATED
 """What :func:`identify` answers for a person the app deactivated."""
 
 
@@ -28,16 +28,14 @@ def identify(conn: Conn, *, claims: DeviceClaims) -> tuple[str, list[tuple[str, 
     refused, the person's followed, readable threads with unread messages as
     ``(thread_id, unread)`` pairs.
     """
-    if not people.is_active(conn, claims.user_id):
-        return DEACTIVATED, []
-    state = registrations.ensure_device(
+    state = people.admit_device(
         conn,
         user_id=claims.user_id,
         device_id=claims.device_id,
         platform=claims.platform,
         principal_kind=claims.kind,
     )
-    if state == "revoked":
+    if state in ("revoked", DEACTIVATED):
         return state, []
     return state, unread_threads(conn, claims.user_id)
 

@@ -20,7 +20,6 @@ from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.store import people
-from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.events import EventValidator
 
@@ -77,20 +76,13 @@ async def device_claims(ctx: ApiContext, request: Request) -> DeviceClaims:
     state = await ctx.db.run(partial(_admit_device, claims=claims))
     if state == "revoked":
         raise ApiError(403, "device_revoked", "this device has been revoked")
-    if state == DEACTIVATED:
+    if state == people.DEACTIVATED:
         raise ApiError(403, "deactivated", "this person has been deactivated")
     return claims
 
 
-DEACTIVATED = "deactivated"
-"""What :func:`_admit_device` answers for a person the app deactivated."""
-
-
 def _admit_device(conn: Conn, *, claims: DeviceClaims) -> str:
-    """The device's state after creating or updating its row, or :data:`DEACTIVATED`."""
-    if not people.is_active(conn, claims.user_id):
-        return DEACTIVATED
-    return regs.ensure_device(
+    return people.admit_device(
         conn,
         user_id=claims.user_id,
         device_id=claims.device_id,

@@ -1,10 +1,33 @@
-"""People as the projection knows them (``user.upserted``)."""
+"""People as the projection knows them (``user.upserted``), and admitting a
+device token's claims: the one rule the HTTP API and the gateway share."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 
+from bothy_notify.store import registrations
 from bothy_notify.store.db import Conn
+
+DEACTIVATED = "deactivated"
+"""What :func:`admit_device` answers for a person the app deactivated."""
+
+
+def admit_device(
+    conn: Conn, *, user_id: str, device_id: str, platform: str, principal_kind: str
+) -> str:
+    """Admit a device token's claims: :data:`DEACTIVATED` (nothing written) when the
+    app deactivated the person, else the device's state after creating or
+    updating its row (``revoked`` means refuse; see
+    :func:`bothy_notify.store.registrations.ensure_device`)."""
+    if not is_active(conn, user_id):
+        return DEACTIVATED
+    return registrations.ensure_device(
+        conn,
+        user_id=user_id,
+        device_id=device_id,
+        platform=platform,
+        principal_kind=principal_kind,
+    )
 
 
 def is_active(conn: Conn, user_id: str) -> bool:
