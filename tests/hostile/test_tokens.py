@@ -31,9 +31,12 @@ KEYED = make_config(
 )
 
 
+AUDIENCE = make_config(auth={"issuer": "https://issuer.test", "audience": "bothy"})
+
+
 def verifiers() -> list[TokenVerifier]:
-    """One verifier without ``kid``s and one whose keys are picked by ``kid``."""
-    return [TokenVerifier(make_config().auth), TokenVerifier(KEYED.auth)]
+    """Without ``kid``s, with keys picked by ``kid``, and with issuer and audience."""
+    return [TokenVerifier(c.auth) for c in (make_config(), KEYED, AUDIENCE)]
 
 
 @pytest.mark.parametrize(
