@@ -7,6 +7,14 @@ device (``did``), platform (``plat``) and principal kind (``kind``); a token
 acts only for its own ``sub``. A producer token carries ``scope`` containing
 ``events:write``.
 
+Whatever a token holds, verifying it either succeeds or raises
+:class:`AuthError`: the compact form is checked before any decoding (three
+base64url segments, ASCII only, at most :data:`MAX_TOKEN_CHARS`), ``alg`` and
+``kid`` must be strings, the time claims (``exp``, ``nbf``, ``iat``) JSON
+numbers, and anything the library raises on input it cannot read (bad
+base64, JSON that is not an object, nesting too deep, numbers out of range)
+is translated here, once.
+
 Errors (never carrying the token or any claim value)::
 
     AuthError          401: missing, malformed, expired or badly signed
@@ -16,6 +24,8 @@ Errors (never carrying the token or any claim value)::
 from __future__ import annotations
 
 import hmac
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,6 +41,21 @@ PRINCIPAL_KINDS = ("user", "agent", "app")
 EVENTS_WRITE = "events:write"
 HS256_MIN_BYTES = 32
 """RFC 7518 section 3.2: an HMAC key at least as long as the hash output."""
+MAX_TOKEN_CHARS = 16_384
+"""Longest token accepted; real device and producer tokens are well under 2 KiB."""
+MAX_KID_CHARS = 256
+"""Longest ``kid`` header compared against the configured keys' ``kid``."""
+LATEST_EXPIRY = 253_402_300_799
+"""9999-12-31T23:59:59Z, the latest instant a ``datetime`` holds: later ``exp`` values
+are read as this one (such a token never expires in practice)."""
+TIME_CLAIMS = ("exp", "nbf", "iat")
+"""NumericDate claims (RFC 7519 section 2): JSON numbers when present."""
+
+_COMPACT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+"""The JWS compact serialization: three base64url segments (the signature may be empty)."""
+_UNREADABLE = (jwt.PyJWTError, ValueError, TypeError, OverflowError, RecursionError)
+"""What PyJWT (and the ``json`` and ``base64`` modules under it) raise on input it
+cannot read; ``UnicodeError`` and ``binascii.Error`` are both a ``ValueError``."""
 
 
 class AuthError(Exception):
@@ -53,6 +78,8 @@ class DeviceClaims:
     device_id: str
     platform: str
     kind: str
+    expires_at: datetime | None = None
+    """The token's ``exp`` (``None``: a value built without a token, such as in tests)."""
 
     @property
     def is_human(self) -> bool:
@@ -98,22 +125,39 @@ class TokenVerifier:
     def __repr__(self) -> str:
         return f"TokenVerifier(keys={len(self._keys)})"
 
-    def decode(self, token: str, *, now: datetime | None = None) -> Mapping[str, Any]:
-        """Verify ``token`` and return its claims. Raises :class:`AuthError`."""
-        if not token or len(token) > 16_384:
+    @property
+    def leeway(self) -> timedelta:
+        """``auth.leeway``: the clock skew allowed on ``exp`` and ``nbf``."""
+        return self._leeway
+
+    def decode(self, token: object) -> Mapping[str, Any]:
+        """Verify ``token`` and return its claims.
+
+        Raises:
+            AuthError: for every token that is not a valid, current token of a
+                configured key, whatever its content (never another exception).
+        """
+        if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
             raise AuthError("missing or oversized token")
+        if _COMPACT.fullmatch(token) is None:
+            raise AuthError("malformed token")
         try:
             header = jwt.get_unverified_header(token)
-        except jwt.PyJWTError:
+        except _UNREADABLE:
             raise AuthError("malformed token") from None
-        alg = header.get("alg")
-        if alg not in self._algorithms:
+        alg, kid = header.get("alg"), header.get("kid", "")
+        if not isinstance(alg, str) or alg not in self._algorithms:
             raise AuthError("token algorithm not accepted")
-        kid = header.get("kid") or ""
+        if not isinstance(kid, str) or len(kid) > MAX_KID_CHARS:
+            raise AuthError("malformed token")
+        # Bytes: compare_digest refuses str with non-ASCII characters, and a kid
+        # may hold any character JSON can escape, lone surrogates included.
+        wanted = kid.encode("utf-8", "surrogatepass")
         candidates = [
             material
             for key_alg, key_kid, material in self._keys
-            if key_alg == alg and (not key_kid or not kid or hmac.compare_digest(key_kid, kid))
+            if key_alg == alg
+            and (not key_kid or not kid or hmac.compare_digest(key_kid.encode(), wanted))
         ]
         if not candidates:
             raise AuthError("no key for this token")
@@ -127,7 +171,7 @@ class TokenVerifier:
         last: Exception | None = None
         for material in candidates:
             try:
-                return jwt.decode(
+                claims: dict[str, Any] = jwt.decode(
                     token,
                     material,
                     algorithms=[alg],
@@ -137,16 +181,24 @@ class TokenVerifier:
                 )
             except jwt.InvalidSignatureError as exc:
                 last = exc
+                continue
             except jwt.ExpiredSignatureError:
                 raise AuthError("token expired") from None
             except jwt.ImmatureSignatureError:
                 raise AuthError("token not yet valid") from None
-            except jwt.PyJWTError:
+            except _UNREADABLE:
                 raise AuthError("invalid token") from None
+            for name in TIME_CLAIMS:
+                if name in claims and not _is_number(claims[name]):
+                    raise AuthError("a time claim is not a number")
+            return claims
         raise AuthError("bad token signature") from last
 
-    def device(self, token: str) -> DeviceClaims:
-        """Verify a device token (``sub``, ``did``, ``plat``, ``kind``)."""
+    def device(self, token: object) -> DeviceClaims:
+        """Verify a device token (``sub``, ``did``, ``plat``, ``kind``, ``exp``).
+
+        Raises :class:`AuthError` for every token that is not one.
+        """
         claims = self.decode(token)
         sub, did, plat = claims.get("sub"), claims.get("did"), claims.get("plat")
         kind = claims.get("kind", "user")
@@ -155,9 +207,10 @@ class TokenVerifier:
         if plat not in PLATFORMS or kind not in PRINCIPAL_KINDS:
             raise AuthError("token lacks a valid plat or kind")
         assert isinstance(sub, str) and isinstance(did, str) and isinstance(plat, str)
-        return DeviceClaims(sub, did, plat, str(kind))
+        expires_at = datetime.fromtimestamp(min(claims["exp"], LATEST_EXPIRY), UTC)
+        return DeviceClaims(sub, did, plat, str(kind), expires_at)
 
-    def producer(self, token: str) -> ProducerClaims:
+    def producer(self, token: object) -> ProducerClaims:
         """Verify a producer token; raises :class:`ScopeError` without ``events:write``."""
         claims = self.decode(token)
         scope = claims.get("scope", "")
@@ -165,6 +218,13 @@ class TokenVerifier:
         if EVENTS_WRITE not in scopes:
             raise ScopeError("token lacks scope events:write")
         return ProducerClaims(str(claims.get("sub", "")), scopes)
+
+
+def _is_number(value: object) -> bool:
+    """A finite JSON number (``true`` is not one, though Python's ``bool`` is an ``int``)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 def mint_token(

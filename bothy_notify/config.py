@@ -191,6 +191,14 @@ class ServerConfig:
     max_batch_events: int = field(
         default=1000, metadata=_meta("most events in one POST /v1/events (413 above)", min=1)
     )
+    header_timeout: timedelta = field(
+        default=_d("5s"),
+        metadata=_meta("time to send a request's headers; idle keep-alive", min=0.05, max=300),
+    )
+    body_timeout: timedelta = field(
+        default=_d("30s"),
+        metadata=_meta("time to send a whole request body (408 past it)", min=0.05, max=3600),
+    )
 
 
 @dataclass(frozen=True)
@@ -260,6 +268,14 @@ class SyncConfig:
     )
     write_timeout: timedelta = field(
         default=_d("10s"), metadata=_meta("a stalled write closes with 4014", min=0.05, max=300)
+    )
+    max_unidentified_connections: int = field(
+        default=1000,
+        metadata=_meta("connections not yet identified per node (oldest closed 4008)", min=1),
+    )
+    max_connections_per_person: int = field(
+        default=32,
+        metadata=_meta("connections of one person per node (more closed 4008)", min=1),
     )
 
 

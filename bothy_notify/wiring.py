@@ -231,7 +231,13 @@ class Daemon:
                     operator_only=spec.http == "operator",
                 )
                 api_address = await nursery.start(
-                    partial(serve_api, app, config.server.api_listen, shutdown=api_shutdown)
+                    partial(
+                        serve_api,
+                        app,
+                        config.server.api_listen,
+                        shutdown=api_shutdown,
+                        header_timeout=config.server.header_timeout.total_seconds(),
+                    )
                 )
                 log.info("node started", extra={"role": config.server.role.value})
                 task_status.started(NodeAddresses(api_address, gateway_address))

@@ -51,7 +51,7 @@ class Connection:
     Attributes:
         serial: order of acceptance on this node (newer is larger).
         phase: where the connection is (:class:`~gateway.protocol.Phase`).
-        user_id, device_id, platform, human: from the identify token's claims.
+        user_id, device_id, platform, kind, human: from the identify token's claims.
         focus: readable threads the device reported in focus (immutable).
         idle: whether the device reported itself idle.
         close: the close the server decided, once it decided one.
@@ -72,6 +72,7 @@ class Connection:
         "focus",
         "human",
         "idle",
+        "kind",
         "phase",
         "platform",
         "scope",
@@ -86,6 +87,7 @@ class Connection:
         self.user_id = ""
         self.device_id = ""
         self.platform = ""
+        self.kind = ""
         self.human = False
         self.focus = NO_FOCUS
         self.idle = False

@@ -18,6 +18,11 @@ connection.
 Each connection has a bounded outbound queue (``sync.outbound_queue_max``,
 see :mod:`gateway.connection`); ephemeral frames that do not fit are dropped
 and counted here (``bothy_gateway_dropped_total{reason="queue_full"}``).
+
+A person holds at most ``sync.max_connections_per_person`` identified
+connections on this node (:meth:`Hub.has_room`); a connection of a device
+that already has one does not count against it, so a device can always
+replace its own connection.
 """
 
 from __future__ import annotations
@@ -66,9 +71,18 @@ class Hub:
     Args:
         metrics: the registry (``bothy_gateway_connections``, ``_closed``, ``_dropped``).
         outbound_queue_max: ``sync.outbound_queue_max``.
+        max_connections_per_person: ``sync.max_connections_per_person``
+            (``None``: no limit).
     """
 
-    def __init__(self, *, metrics: Metrics, outbound_queue_max: int) -> None:
+    def __init__(
+        self,
+        *,
+        metrics: Metrics,
+        outbound_queue_max: int,
+        max_connections_per_person: int | None = None,
+    ) -> None:
+        self._max_per_person = max_connections_per_person
         self._lock = threading.Lock()
         self._serials = itertools.count(1)
         self._queue_max = outbound_queue_max
@@ -109,9 +123,23 @@ class Hub:
                 return
             conn.user_id, conn.device_id = claims.user_id, claims.device_id
             conn.platform, conn.human = claims.platform, claims.is_human
+            conn.kind = claims.kind
             self._by_user.setdefault(conn.user_id, []).append(conn)
             self._by_device.setdefault((conn.user_id, conn.device_id), []).append(conn)
             self._move(conn, Phase.CATCHING_UP)
+
+    def has_room(self, claims: DeviceClaims) -> bool:
+        """Whether the person of ``claims`` may identify one more connection here.
+
+        Connections of the same device do not count: the newer one replaces them.
+        """
+        if self._max_per_person is None:
+            return True
+        with self._lock:
+            others = sum(
+                1 for c in self._by_user.get(claims.user_id, ()) if c.device_id != claims.device_id
+            )
+        return others < self._max_per_person
 
     def go_live(self, conn: Connection) -> bool:
         """Make the connection live (its ``catchup.complete`` is written).
@@ -224,6 +252,11 @@ class Hub:
         with self._lock:
             return list(self._by_device)
 
+    def user_ids(self) -> list[str]:
+        """People with an identified connection on this node."""
+        with self._lock:
+            return list(self._by_user)
+
     def statistics(self) -> HubStatistics:
         """Connections by phase."""
         with self._lock:
@@ -247,6 +280,14 @@ class Hub:
         """Close every connection of one person's device; returns how many."""
         with self._lock:
             group = list(self._by_device.get((user_id, device_id), ()))
+            for conn in group:
+                self._close_locked(conn, close)
+        return len(group)
+
+    def close_user(self, user_id: str, close: Close) -> int:
+        """Close every identified connection of ``user_id``; returns how many."""
+        with self._lock:
+            group = list(self._by_user.get(user_id, ()))
             for conn in group:
                 self._close_locked(conn, close)
         return len(group)

@@ -8,8 +8,8 @@ Phases of a connection and the ops each one allows (every rule is here)::
     phase        entered when                        client ops allowed
     -----------  ----------------------------------  ---------------------------
     connecting   the WebSocket is open; hello sent    identify
-    catching_up  identify verified                    focus, read, ping (read once live)
-    live         catchup.complete written             focus, read, ping
+    catching_up  identify verified                    focus, read, ping, reauth (read once live)
+    live         catchup.complete written             focus, read, ping, reauth
     closing      the server decided to close          (none; frames are ignored)
 
     connecting --identify ok--> catching_up --catchup.complete--> live
@@ -20,6 +20,16 @@ but ``identify`` before identify, a second ``identify`` after it. Malformed
 frames (not JSON, not an object, a binary frame, an unknown op, bad members)
 close with 4003 too. Close reasons are constants: they never echo input.
 
+A frame is malformed when it is not strict JSON: ``NaN`` and ``Infinity``,
+numbers beyond a double, a member named twice (readers disagree on which one
+counts), and nesting too deep to parse are all refused, like invalid UTF-8 in
+a text frame (checked by :mod:`gateway.transport`).
+
+Beyond SPEC section 8 the gateway adds the op ``reauth`` (a fresh token for
+the same person, device, platform and kind moves the connection's expiry;
+answered by ``reauth.ack``) and the close code 4008 (a limit on connections:
+see :class:`CloseCode`).
+
 :func:`decode_client_frame` turns one received message into a :class:`ClientOp`
 or raises :class:`~gateway.errors.ProtocolViolation`; the ``*_frame``
 functions build the server's replies as JSON text.
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,11 +61,29 @@ class Phase(enum.StrEnum):
 
 
 class CloseCode(enum.IntEnum):
-    """Close codes of SPEC section 8."""
+    """Close codes of SPEC section 8, and ``OVER_LIMIT`` (4008), ours::
+
+        1001  SHUTDOWN       the node shuts down
+        4001  AUTH           bad identify or reauth token; the token expired
+        4003  PROTOCOL       malformed frame, unknown op, wrong phase, identify timeout
+        4008  OVER_LIMIT     too many unidentified connections (the oldest goes),
+                             or too many connections of one person
+        4009  HEARTBEAT      no frame within the heartbeat timeout
+        4010  REVOKED        the device is revoked, or the person deactivated
+        4014  WRITE_STALLED  a write did not finish within sync.write_timeout
+        4017  REPLACED       a newer connection of the same device is live
+
+    4008 mirrors the WebSocket code 1008 (policy violation) and is not used by
+    SPEC: ``sync.max_unidentified_connections`` and
+    ``sync.max_connections_per_person``. A deactivated person gets 4010, not
+    4001: the token is valid, and a client that fetched a new one would be
+    refused again.
+    """
 
     SHUTDOWN = 1001
     AUTH = 4001
     PROTOCOL = 4003
+    OVER_LIMIT = 4008
     HEARTBEAT = 4009
     REVOKED = 4010
     WRITE_STALLED = 4014
@@ -70,6 +99,7 @@ class Close:
 
 
 AUTH_FAILED = Close(CloseCode.AUTH, "authentication failed")
+TOKEN_EXPIRED = Close(CloseCode.AUTH, "token expired")
 MALFORMED = Close(CloseCode.PROTOCOL, "malformed frame")
 UNKNOWN_OP = Close(CloseCode.PROTOCOL, "unknown op")
 NOT_IDENTIFIED = Close(CloseCode.PROTOCOL, "identify first")
@@ -80,6 +110,9 @@ BAD_READ = Close(CloseCode.PROTOCOL, "invalid read")
 IDENTIFY_TIMEOUT = Close(CloseCode.PROTOCOL, "identify timeout")
 HEARTBEAT_TIMEOUT = Close(CloseCode.HEARTBEAT, "heartbeat timeout")
 REVOKED = Close(CloseCode.REVOKED, "device revoked")
+DEACTIVATED = Close(CloseCode.REVOKED, "person deactivated")
+TOO_MANY_UNIDENTIFIED = Close(CloseCode.OVER_LIMIT, "too many unidentified connections")
+TOO_MANY_FOR_PERSON = Close(CloseCode.OVER_LIMIT, "too many connections for this person")
 WRITE_STALLED = Close(CloseCode.WRITE_STALLED, "writes stalled")
 REPLACED = Close(CloseCode.REPLACED, "replaced by a newer connection")
 SHUTDOWN = Close(CloseCode.SHUTDOWN, "server shutting down")
@@ -125,12 +158,25 @@ class Ping:
     """``{"op":"ping"}``; answered by ``pong``. Any client frame counts as a heartbeat."""
 
 
-ClientOp = Identify | Focus | Read | Ping
+@dataclass(frozen=True, slots=True)
+class Reauth:
+    """``{"op":"reauth","d":{"token":JWT}}``: a fresh token for the same identity.
+
+    Answered by ``reauth.ack``; the repr hides the token.
+    """
+
+    token: str
+
+    def __repr__(self) -> str:
+        return "Reauth()"
+
+
+ClientOp = Identify | Focus | Read | Ping | Reauth
 
 ALLOWED: Mapping[Phase, tuple[type[ClientOp], ...]] = {
     Phase.CONNECTING: (Identify,),
-    Phase.CATCHING_UP: (Focus, Read, Ping),
-    Phase.LIVE: (Focus, Read, Ping),
+    Phase.CATCHING_UP: (Focus, Read, Ping, Reauth),
+    Phase.LIVE: (Focus, Read, Ping, Reauth),
     Phase.CLOSING: (),
 }
 """Which ops each phase accepts (the table in the module docstring)."""
@@ -160,8 +206,13 @@ def decode_client_frame(message: str | bytes, *, max_focused_threads: int) -> Cl
     if not isinstance(message, str):
         raise ProtocolViolation(MALFORMED)
     try:
-        frame = json.loads(message)
-    except ValueError:
+        frame = json.loads(
+            message,
+            object_pairs_hook=_unique_members,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+        )
+    except (ValueError, RecursionError):
         raise ProtocolViolation(MALFORMED) from None
     if not isinstance(frame, dict) or not set(frame) <= {"op", "d"}:
         raise ProtocolViolation(MALFORMED)
@@ -172,18 +223,36 @@ def decode_client_frame(message: str | bytes, *, max_focused_threads: int) -> Cl
         if d is not None and d != {}:
             raise ProtocolViolation(MALFORMED)
         return Ping()
-    if op not in ("identify", "focus", "read"):
+    if op not in ("identify", "focus", "read", "reauth"):
         raise ProtocolViolation(UNKNOWN_OP)
     if not isinstance(d, dict):
         raise ProtocolViolation(MALFORMED)
-    if op == "identify":
+    if op in ("identify", "reauth"):
         token = d.get("token")
         if set(d) != {"token"} or not isinstance(token, str):
             raise ProtocolViolation(MALFORMED)
-        return Identify(token)
+        return Identify(token) if op == "identify" else Reauth(token)
     if op == "focus":
         return _focus(d, max_focused_threads)
     return _read(d)
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    frame = dict(pairs)
+    if len(frame) != len(pairs):
+        raise ValueError("a member is named twice")
+    return frame
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError("NaN and Infinity are not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("a number beyond a double")
+    return value
 
 
 def _focus(d: Mapping[str, Any], limit: int) -> Focus:
@@ -250,3 +319,8 @@ def read_ack_frame(thread_id: str, last_read_seq: int) -> str:
 def pong_frame() -> str:
     """``{"op":"pong"}``: the answer to ``ping``."""
     return encode({"op": "pong"})
+
+
+def reauth_ack_frame(expires_at: int) -> str:
+    """``{"op":"reauth.ack","d":{"exp":N}}``: the new token's ``exp`` (Unix seconds)."""
+    return encode({"op": "reauth.ack", "d": {"exp": expires_at}})

@@ -11,26 +11,31 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from bothy_notify.auth import DeviceClaims
-from bothy_notify.store import registrations
+from bothy_notify.store import people, projections
 from bothy_notify.store.access import READABLE, may_read, readable_threads
 from bothy_notify.store.db import Conn
+from bothy_notify.store.people import inactive_among
+
+DEACTIVATED = people.DEACTIVATED
+"""What :func:`identify` answers for a person the app deactivated."""
 
 
 def identify(conn: Conn, *, claims: DeviceClaims) -> tuple[str, list[tuple[str, int]]]:
     """Create or update the device row from the claims; the unread snapshot.
 
-    Returns the device's state (``revoked`` means refuse) and, unless revoked,
-    the person's followed, readable threads with unread messages as
+    Returns the device's state (``revoked`` means refuse), or
+    :data:`DEACTIVATED` for a deactivated person (nothing written), and, unless
+    refused, the person's followed, readable threads with unread messages as
     ``(thread_id, unread)`` pairs.
     """
-    state = registrations.ensure_device(
+    state = people.admit_device(
         conn,
         user_id=claims.user_id,
         device_id=claims.device_id,
         platform=claims.platform,
         principal_kind=claims.kind,
     )
-    if state == "revoked":
+    if state in ("revoked", DEACTIVATED):
         return state, []
     return state, unread_threads(conn, claims.user_id)
 
@@ -54,6 +59,23 @@ def unread_threads(conn: Conn, user_id: str) -> list[tuple[str, int]]:
     return [(str(r[0]), int(r[1])) for r in rows]
 
 
+def mark_read(conn: Conn, *, user_id: str, thread_id: str, seq: int) -> int:
+    """Move the read position forward if the person may read the thread; the stored
+    ``last_read_seq`` either way (0 when none is stored).
+
+    A thread the person cannot read, or that does not exist, stores nothing, and
+    the answer says only what was stored before: whether the thread exists
+    never shows.
+    """
+    if may_read(conn, user_id=user_id, thread_id=thread_id):
+        return projections.mark_read(conn, {"user_id": user_id, "thread_id": thread_id, "seq": seq})
+    row = conn.execute(
+        "SELECT last_read_seq FROM bothy.read_states WHERE user_id = %s AND thread_id = %s",
+        (user_id, thread_id),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def revoked_among(conn: Conn, devices: Collection[tuple[str, str]]) -> set[tuple[str, str]]:
     """The devices, as (person, device id), among ``devices`` whose state is ``revoked``."""
     if not devices:
@@ -68,4 +90,12 @@ def revoked_among(conn: Conn, devices: Collection[tuple[str, str]]) -> set[tuple
     return {(str(r[0]), str(r[1])) for r in rows}
 
 
-__all__ = ["identify", "may_read", "readable_threads", "revoked_among", "unread_threads"]
+__all__ = [
+    "identify",
+    "inactive_among",
+    "mark_read",
+    "may_read",
+    "readable_threads",
+    "revoked_among",
+    "unread_threads",
+]

@@ -1,4 +1,4 @@
-"""Closing the connections of revoked devices (close code 4010).
+"""Closing the connections of revoked devices and deactivated people (close code 4010).
 
 The projection of ``device.upserted`` with state ``revoked`` runs
 ``pg_notify('bothy_device_revoked', '{"user_id": ..., "device_id": ...}')``
@@ -7,10 +7,18 @@ commit. Every gateway listens on a dedicated connection and closes the
 connections of that person's device only: a device is identified by (person,
 device id), so another person's device with the same id stays connected.
 
+The projection of ``user.upserted`` with ``active: false`` likewise runs
+``pg_notify('bothy_user_deactivated', user_id)``; the same listener closes
+every connection of that person with 4010 ``person deactivated`` (4010, not
+4001: the token is still valid, and a client that took 4001 for an expired
+token would fetch a new one and be refused again; 4010 says the server
+refuses this identity, as HTTP answers 403).
+
 A notification sent while the listener was not connected is never delivered,
 so after every (re)connection the listener also asks the database which of the
-devices connected here are revoked. A connection is indexed by device before
-its device row is read at identify, so a revocation committed in between is
+devices connected here are revoked, and which of the people connected here are
+inactive. A connection is indexed by person and device before its rows are
+read at identify, so a revocation or deactivation committed in between is
 seen by one side or the other.
 """
 
@@ -25,10 +33,10 @@ from typing import Any, TypeVar
 import trio
 
 from bothy_notify.store.db import Conn, StoreError, connect_dedicated, translated
-from bothy_notify.store.projections import REVOKED_CHANNEL
+from bothy_notify.store.projections import REVOKED_CHANNEL, USER_DEACTIVATED_CHANNEL
 from gateway import queries
 from gateway.hub import Hub
-from gateway.protocol import REVOKED
+from gateway.protocol import DEACTIVATED, REVOKED
 
 log = logging.getLogger("bothy.gateway.revocations")
 
@@ -39,7 +47,7 @@ WAIT_SLICE = 0.25
 
 
 class RevocationListener:
-    """Listens for revoked devices and closes their connections.
+    """Listens for revoked devices and deactivated people and closes their connections.
 
     Args:
         database_url: for the dedicated ``LISTEN`` connection (never logged).
@@ -70,6 +78,7 @@ class RevocationListener:
             try:
                 conn = await self._thread(connect_dedicated, self._url)
                 await self._thread(conn.execute, f"LISTEN {REVOKED_CHANNEL}")
+                await self._thread(conn.execute, f"LISTEN {USER_DEACTIVATED_CHANNEL}")
                 if not started:
                     started = True
                     task_status.started()
@@ -78,9 +87,12 @@ class RevocationListener:
                     queries.revoked_among, conn, connected
                 ):
                     self._hub.close_device(user_id, device_id, REVOKED)
+                people = self._hub.user_ids()
+                for user_id in await self._thread(queries.inactive_among, conn, people):
+                    self._hub.close_user(user_id, DEACTIVATED)
                 while True:
-                    for user_id, device_id in await self._thread(_wait_revoked, conn):
-                        self._hub.close_device(user_id, device_id, REVOKED)
+                    for channel, payload in await self._thread(_wait_notifies, conn):
+                        self._apply(channel, payload)
             except StoreError:
                 log.warning("revocation listener lost its database connection; reconnecting")
                 await trio.sleep(self._retry)
@@ -89,18 +101,14 @@ class RevocationListener:
                     with trio.CancelScope(shield=True):
                         await self._thread(conn.close)
 
+    def _apply(self, channel: str, payload: str) -> None:
+        if channel == USER_DEACTIVATED_CHANNEL:
+            self._hub.close_user(payload, DEACTIVATED)
+        elif (key := revoked_device(payload)) is not None:
+            self._hub.close_device(*key, REVOKED)
+
     async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(translated(fn), *args, limiter=self._limiter)
-
-
-def _wait_revoked(conn: Conn) -> list[tuple[str, str]]:
-    """Devices, as (person, device id), of the notifications that arrive within
-    :data:`WAIT_SLICE`."""
-    return [
-        key
-        for n in conn.notifies(timeout=WAIT_SLICE, stop_after=1)
-        if (key := revoked_device(n.payload)) is not None
-    ]
 
 
 def revoked_device(payload: str) -> tuple[str, str] | None:
@@ -116,3 +124,8 @@ def revoked_device(payload: str) -> tuple[str, str] | None:
             return user_id, device_id
     log.warning("a revocation notification without a person and device was ignored")
     return None
+
+
+def _wait_notifies(conn: Conn) -> list[tuple[str, str]]:
+    """``(channel, payload)`` of the notifications that arrive within :data:`WAIT_SLICE`."""
+    return [(n.channel, n.payload) for n in conn.notifies(timeout=WAIT_SLICE, stop_after=1)]

@@ -7,8 +7,9 @@ and :attr:`Gateway.publisher` to ``notify.gateway_send``, and calls
 :meth:`Gateway.close_all` with 1001 when it shuts down.
 
 Tasks: one listener (accepting WebSocket connections on
-``ws://{server.gateway_listen}/v1/gateway``), one revocation listener, and per
-connection the library's reader, the session and its writer.
+``ws://{server.gateway_listen}/v1/gateway``), one revocation listener (revoked
+devices and deactivated people), one expiry watch (tokens past ``exp``), and
+per connection the library's reader, the session and its writer.
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ import trio
 
 from bothy_notify.auth import TokenVerifier
 from bothy_notify.config import Config
+from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceView
 from bothy_notify.store.db import Database
+from gateway.expiry import ExpiryWatch
 from gateway.hub import Hub
+from gateway.limits import PendingConnections
 from gateway.presence import HubPresence
-from gateway.protocol import SHUTDOWN, Close
+from gateway.protocol import SHUTDOWN, Close, CloseCode
 from gateway.publisher import HubPublisher
 from gateway.revocations import RevocationListener
 from gateway.session import QueueWriter, SessionContext, SessionSettings, serve_session
@@ -45,6 +49,7 @@ class Gateway:
         metrics: the registry.
         verifier: verifies identify tokens exactly as the HTTP API does.
         database_url: for the dedicated revocation ``LISTEN`` connection.
+        clock: the injected clock; tokens expire on it.
 
     Attributes:
         hub: the connections of this node.
@@ -60,12 +65,24 @@ class Gateway:
         metrics: Metrics,
         verifier: TokenVerifier,
         database_url: str,
+        clock: Clock | None = None,
     ) -> None:
         sync = config.sync
         self._listen = config.server.gateway_listen
         self._max_frame_bytes = sync.max_frame_bytes
         self._handshake_timeout = sync.identify_timeout.total_seconds()
-        self.hub = Hub(metrics=metrics, outbound_queue_max=sync.outbound_queue_max)
+        self.hub = Hub(
+            metrics=metrics,
+            outbound_queue_max=sync.outbound_queue_max,
+            max_connections_per_person=sync.max_connections_per_person,
+        )
+        self._pending = PendingConnections(sync.max_unidentified_connections)
+        # Connections dropped during the upgrade count as closed with 4008; after
+        # hello the hub's close counts them.
+        self._dropped = metrics.gateway_closed.labels(str(int(CloseCode.OVER_LIMIT))).inc
+        self._expiry = ExpiryWatch(
+            hub=self.hub, clock=clock or SystemClock(), leeway=verifier.leeway
+        )
         self.presence: PresenceView = HubPresence(self.hub)
         self.publisher: EphemeralPublisher = HubPublisher(hub=self.hub, db=db)
         self._context = SessionContext(
@@ -83,6 +100,7 @@ class Gateway:
                 write_timeout=sync.write_timeout.total_seconds(),
                 delivery=metrics.delivery_seconds.labels("gateway"),
             ),
+            expiry=self._expiry,
         )
         self._revocations = RevocationListener(
             database_url=database_url, hub=self.hub, retry_interval=config.notify.poll_interval
@@ -100,6 +118,7 @@ class Gateway:
         """
         async with trio.open_nursery() as nursery:
             await nursery.start(self._revocations.run)
+            await nursery.start(self._expiry.run)
             address: str = await nursery.start(
                 partial(
                     serve_websockets,
@@ -108,6 +127,8 @@ class Gateway:
                     path=PATH,
                     max_frame_bytes=self._max_frame_bytes,
                     handshake_timeout=self._handshake_timeout,
+                    pending=self._pending,
+                    on_dropped=self._dropped,
                 )
             )
             task_status.started(address)
@@ -133,11 +154,15 @@ def build_gateway(
 ) -> Gateway:
     """The daemon's gateway factory (``bothy_notify.wiring.GatewayFactory``).
 
-    ``clock`` is part of the factory's contract and not needed here: the
-    gateway's timers bound network waits with Trio cancel scopes, and delivery
-    latency is measured against the event's append time on the wall clock.
+    ``clock`` times token expiry. The gateway's other timers bound network
+    waits with Trio cancel scopes, and delivery latency is measured against
+    the event's append time on the wall clock.
     """
-    del clock
     return Gateway(
-        config=config, db=db, metrics=metrics, verifier=verifier, database_url=database_url
+        config=config,
+        db=db,
+        metrics=metrics,
+        verifier=verifier,
+        database_url=database_url,
+        clock=clock,
     )

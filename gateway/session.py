@@ -7,8 +7,9 @@ stalled write closes with 4014). Every way out goes through the hub:
 
 - the client breaks the protocol: :class:`~gateway.errors.ProtocolViolation`
   -> ``hub.close(conn, its close)``;
-- the server decides (replacement 4017, revocation 4010, shutdown 1001, a
-  stalled write 4014): ``hub.close`` cancels the session's scope;
+- the server decides (replacement 4017, revocation or deactivation 4010,
+  shutdown 1001, a stalled write 4014, the token's expiry 4001, the limit of
+  unidentified connections 4008): ``hub.close`` cancels the session's scope;
 - the peer closes or the connection breaks: ``hub.lost``.
 
 Then the session sends the decided close frame, bounded by
@@ -18,7 +19,14 @@ hub forgets the connection.
 Timers are deadlines on the session's cancel scope: the client has
 ``sync.identify_timeout`` after hello to identify (else 4003), and once
 identified must send some frame (``ping`` is the heartbeat) within
-:data:`HEARTBEAT_GRACE` times ``sync.heartbeat`` (else 4009).
+:data:`HEARTBEAT_GRACE` times ``sync.heartbeat`` (else 4009). The token's
+expiry is watched by :class:`~gateway.expiry.ExpiryWatch` on the injected
+clock; ``reauth`` moves it.
+
+Limits: until it identifies, a connection counts against
+``sync.max_unidentified_connections`` (:mod:`gateway.limits`; evicted: 4008);
+at identify the person must have room under ``sync.max_connections_per_person``
+(else 4008).
 """
 
 from __future__ import annotations
@@ -31,20 +39,23 @@ from functools import partial
 import trio
 from prometheus_client import Histogram
 
-from bothy_notify.auth import AuthError, TokenVerifier
-from bothy_notify.store import projections
+from bothy_notify.auth import AuthError, DeviceClaims, TokenVerifier
 from bothy_notify.store.db import Database
 from gateway import queries
 from gateway.connection import Connection
 from gateway.errors import FrameTooLarge, ProtocolViolation, TransportClosed
+from gateway.expiry import ExpiryWatch
 from gateway.hub import Hub
 from gateway.protocol import (
     AUTH_FAILED,
+    DEACTIVATED,
     FRAME_TOO_LARGE,
     HEARTBEAT_TIMEOUT,
     IDENTIFY_TIMEOUT,
     REVOKED,
     SHUTDOWN,
+    TOO_MANY_FOR_PERSON,
+    TOO_MANY_UNIDENTIFIED,
     WRITE_STALLED,
     ClientOp,
     Close,
@@ -53,6 +64,7 @@ from gateway.protocol import (
     Phase,
     Ping,
     Read,
+    Reauth,
     catchup_complete_frame,
     check_allowed,
     decode_client_frame,
@@ -61,6 +73,7 @@ from gateway.protocol import (
     pong_frame,
     read_ack_frame,
     ready_frame,
+    reauth_ack_frame,
     unread_frame,
 )
 from gateway.transport import Transport
@@ -144,6 +157,7 @@ class SessionContext:
     verifier: TokenVerifier
     settings: SessionSettings
     writer: QueueWriter
+    expiry: ExpiryWatch
 
 
 async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: SessionContext) -> None:
@@ -161,6 +175,7 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
     conn = hub.open()
     conn.attach(transport, nursery, ctx.writer)
     transport.on_oversized(conn.scope.cancel)
+    transport.on_evicted(partial(hub.close, conn, TOO_MANY_UNIDENTIFIED))
     peer_code: int | None = None
     try:
         if not hub.accepting:
@@ -182,6 +197,7 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
             with trio.CancelScope(shield=True), trio.move_on_after(ctx.settings.write_timeout):
                 await transport.close(close.code, close.reason)
     finally:
+        ctx.expiry.forget(conn)
         hub.ended(conn, peer_code)
 
 
@@ -215,6 +231,8 @@ async def _converse(transport: Transport, conn: Connection, ctx: SessionContext)
             await _read(op, conn, ctx)
         elif isinstance(op, Ping):
             await conn.put(pong_frame())
+        elif isinstance(op, Reauth):
+            await _reauth(op, conn, ctx)
 
 
 def _decode(message: str | bytes, conn: Connection, ctx: SessionContext) -> ClientOp:
@@ -224,14 +242,18 @@ def _decode(message: str | bytes, conn: Connection, ctx: SessionContext) -> Clie
 
 
 async def _identify(op: Identify, conn: Connection, ctx: SessionContext) -> None:
-    try:
-        claims = ctx.verifier.device(op.token)
-    except AuthError:
-        raise ProtocolViolation(AUTH_FAILED) from None
+    claims = _verified(op.token, ctx)
+    if not ctx.hub.has_room(claims):
+        raise ProtocolViolation(TOO_MANY_FOR_PERSON)
     ctx.hub.identify(conn, claims)
+    assert conn.transport is not None
+    conn.transport.identified()
+    ctx.expiry.watch(conn, claims.expires_at)
     state, unread = await ctx.db.run(partial(queries.identify, claims=claims))
     if state == "revoked":
         raise ProtocolViolation(REVOKED)
+    if state == queries.DEACTIVATED:
+        raise ProtocolViolation(DEACTIVATED)
     await conn.put(ready_frame(claims.user_id, claims.device_id))
     await conn.put(unread_frame(unread))
     await conn.put(catchup_complete_frame())
@@ -250,6 +272,28 @@ async def _focus(op: Focus, conn: Connection, ctx: SessionContext) -> None:
 
 
 async def _read(op: Read, conn: Connection, ctx: SessionContext) -> None:
-    position = {"user_id": conn.user_id, "thread_id": op.thread_id, "seq": op.seq}
-    stored = await ctx.db.run(partial(projections.mark_read, p=position))
+    """Store the position when the person may read the thread; ``read.ack`` carries
+    the stored position either way (unchanged for a thread they cannot read)."""
+    stored = await ctx.db.run(
+        partial(queries.mark_read, user_id=conn.user_id, thread_id=op.thread_id, seq=op.seq)
+    )
     await conn.put(read_ack_frame(op.thread_id, stored))
+
+
+async def _reauth(op: Reauth, conn: Connection, ctx: SessionContext) -> None:
+    """A fresh token of the same identity moves the connection's expiry; any other
+    token closes it with 4001."""
+    claims = _verified(op.token, ctx)
+    identity = (claims.user_id, claims.device_id, claims.platform, claims.kind)
+    if identity != (conn.user_id, conn.device_id, conn.platform, conn.kind):
+        raise ProtocolViolation(AUTH_FAILED)
+    assert claims.expires_at is not None  # a verified token always has one
+    ctx.expiry.watch(conn, claims.expires_at)
+    await conn.put(reauth_ack_frame(int(claims.expires_at.timestamp())))
+
+
+def _verified(token: str, ctx: SessionContext) -> DeviceClaims:
+    try:
+        return ctx.verifier.device(token)
+    except AuthError:
+        raise ProtocolViolation(AUTH_FAILED) from None

@@ -18,12 +18,22 @@ the byte stream placed between the TCP socket and the library:
   cancelled halfway through a frame. The stream keeps the unsent bytes and
   sends them before anything else, so the framing survives and a later close
   frame (4014) still reaches a client that resumes reading.
+- **Invalid UTF-8.** The library closes with 1007 when a text message is not
+  UTF-8; the gateway must close with 4003. The stream hands text frames to the
+  library as binary ones and remembers which messages were text; the
+  transport decodes them itself, and a text message that is not UTF-8 comes
+  out as bytes, which the protocol refuses as a malformed frame.
+
+Connections that have not identified count against
+``sync.max_unidentified_connections`` from the moment they are accepted
+(:mod:`gateway.limits`): one evicted during the upgrade is dropped at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Protocol
@@ -32,6 +42,7 @@ import trio
 import trio_websocket
 
 from gateway.errors import FrameTooLarge, TransportClosed
+from gateway.limits import Pending, PendingConnections
 
 log = logging.getLogger("bothy.gateway.transport")
 
@@ -40,6 +51,9 @@ _HTTP_END = b"\r\n\r\n"
 
 LIBRARY_QUEUE = 1
 """Messages the library buffers ahead of the session; one keeps TCP backpressure."""
+
+_OPCODE_TEXT = 0x1
+_OPCODE_BINARY = 0x2
 
 
 class Transport(Protocol):
@@ -74,6 +88,15 @@ class Transport(Protocol):
         """Whether a client message exceeded ``sync.max_frame_bytes``."""
         ...
 
+    def on_evicted(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (instead of dropping the connection) when the limit of
+        unidentified connections evicts this one to make room for a newer one."""
+        ...
+
+    def identified(self) -> None:
+        """The connection identified: it no longer counts as unidentified."""
+        ...
+
 
 class FramedStream(trio.abc.Stream):
     """The TCP stream under the library: guards message size, keeps cut-off writes.
@@ -94,6 +117,7 @@ class FramedStream(trio.abc.Stream):
         "_passing",
         "_payload_left",
         "_stream",
+        "_text",
         "_unsent",
         "on_oversized",
         "oversized",
@@ -111,6 +135,7 @@ class FramedStream(trio.abc.Stream):
         self._passing = True
         self._message_bytes = 0
         self._dropping = False
+        self._text: deque[bool] | None = None  # per message passed on: was it text?
         self.oversized = False  # a client message went past the limit: close with 4003
         self.on_oversized: Callable[[], None] | None = None
 
@@ -149,6 +174,12 @@ class FramedStream(trio.abc.Stream):
     async def aclose(self) -> None:
         """Close the TCP connection (idempotent); unsent bytes are dropped."""
         await self._stream.aclose()
+
+    def was_text(self) -> bool:
+        """Whether the next message the library delivers was sent as text (each
+        message passed on is asked about once, in order)."""
+        text = self._text
+        return text.popleft() if text else False
 
     def _filter(self, data: bytes) -> bytes:
         if self._in_http:
@@ -207,6 +238,12 @@ class FramedStream(trio.abc.Stream):
                     self.oversized = True
                     if self.on_oversized is not None:
                         self.on_oversized()
+            elif opcode != 0:  # the first frame of a message that is passed on
+                if self._text is None:
+                    self._text = deque()
+                self._text.append(opcode == _OPCODE_TEXT)
+                if opcode == _OPCODE_TEXT:  # the library must not judge its UTF-8
+                    header[0] = (header[0] & 0xF0) | _OPCODE_BINARY
             if fin:
                 self._message_bytes = 0
         if passing:
@@ -225,11 +262,14 @@ def _extended_length_bytes(second: int) -> int:
 class WebSocketTransport:
     """A :class:`Transport` over one trio-websocket server connection."""
 
-    __slots__ = ("_stream", "_ws")
+    __slots__ = ("_pending", "_stream", "_ws")
 
-    def __init__(self, ws: trio_websocket.WebSocketConnection, stream: FramedStream) -> None:
+    def __init__(
+        self, ws: trio_websocket.WebSocketConnection, stream: FramedStream, pending: Pending
+    ) -> None:
         self._ws = ws
         self._stream = stream
+        self._pending = pending
 
     def __repr__(self) -> str:
         return "WebSocketTransport()"
@@ -241,15 +281,27 @@ class WebSocketTransport:
     def oversized(self) -> bool:
         return self._stream.oversized
 
+    def on_evicted(self, callback: Callable[[], None]) -> None:
+        self._pending.on_evicted(callback)
+
+    def identified(self) -> None:
+        self._pending.leave()
+
     async def receive(self) -> str | bytes:
         if self._stream.oversized:
             raise FrameTooLarge()
         try:
-            return await self._ws.get_message()
+            message = await self._ws.get_message()
         except trio_websocket.ConnectionClosed as exc:
             if self._stream.oversized:
                 raise FrameTooLarge() from None
             raise TransportClosed(_peer_code(exc)) from None
+        if isinstance(message, bytes) and self._stream.was_text():
+            try:
+                return message.decode("utf-8")
+            except UnicodeDecodeError:
+                return message  # not text after all: a malformed frame
+        return message
 
     async def send(self, text: str) -> None:
         try:
@@ -289,6 +341,8 @@ async def serve_websockets(
     path: str,
     max_frame_bytes: int,
     handshake_timeout: float,
+    pending: PendingConnections,
+    on_dropped: Callable[[], None] = lambda: None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Accept WebSocket connections on ``listen`` and run ``handler`` for each.
@@ -301,6 +355,11 @@ async def serve_websockets(
         max_frame_bytes: the largest client message (larger ones raise
             :class:`FrameTooLarge` from :meth:`Transport.receive`).
         handshake_timeout: seconds the HTTP upgrade may take.
+        pending: the limit of unidentified connections; each accepted
+            connection counts until the handler calls
+            :meth:`Transport.identified` (or the connection ends).
+        on_dropped: called for each connection the limit evicts during the
+            upgrade (it is dropped without a close frame).
 
     ``task_status.started`` receives the bound ``host:port`` once the socket
     listens. Cancellation stops accepting and cancels every connection.
@@ -314,6 +373,8 @@ async def serve_websockets(
         path=path,
         max_frame_bytes=max_frame_bytes,
         handshake_timeout=handshake_timeout,
+        pending=pending,
+        on_dropped=on_dropped,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(trio.serve_listeners, serve_one, listeners)
@@ -327,19 +388,28 @@ async def _serve_one(
     path: str,
     max_frame_bytes: int,
     handshake_timeout: float,
+    pending: PendingConnections,
+    on_dropped: Callable[[], None],
 ) -> None:
     framed = FramedStream(stream, max_frame_bytes)
     try:
         async with trio.open_nursery() as library:
+
+            def drop() -> None:  # evicted during the upgrade (the handler takes over after it)
+                on_dropped()
+                library.cancel_scope.cancel()
+
+            entry = pending.enter(drop)
             try:
                 ws: trio_websocket.WebSocketConnection | None = None
                 with trio.move_on_after(handshake_timeout):
                     ws = await _handshake(library, framed, path, max_frame_bytes)
                 if ws is not None:
-                    await handler(WebSocketTransport(ws, framed), library)
+                    await handler(WebSocketTransport(ws, framed, entry), library)
             except _ENDED:
                 pass
             finally:
+                entry.leave()
                 library.cancel_scope.cancel()
     except Exception as exc:  # one broken connection must never stop the listener
         log.warning("gateway connection failed", extra={"error_type": type(exc).__name__})

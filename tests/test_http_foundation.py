@@ -202,6 +202,11 @@ async def test_device_endpoints_refuse_missing_and_incomplete_tokens(launch: Lau
 
 async def test_read_position_only_moves_forward(launch: Launch) -> None:
     node = await launch()
+    await node.append(
+        ev("thread.upserted", thread_id="t1", space_id="s1"),
+        ev("member.added", user_id="alex", scope_id="s1"),
+    )
+    await node.settle()
     put = await node.request("PUT", "/v1/threads/t1/read", json={"seq": 7}, token=PHONE)
     assert put.json() == {"thread_id": "t1", "last_read_seq": 7}
     back = await node.request("PUT", "/v1/threads/t1/read", json={"seq": 3}, token=PHONE)

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bothy_notify.api import catalogue, events, ops, preferences, registrations, threads
-from bothy_notify.api.context import ApiContext
+from bothy_notify.api.context import BODY_DEADLINE, ApiContext
 from bothy_notify.api.errors import ApiError, error_response
 
 log = logging.getLogger("bothy.api")
@@ -33,13 +33,16 @@ def _bind(
 ) -> Callable[[Request], Awaitable[Response]]:
     """One endpoint for every method of a path, so a 405 lists all of them in ``Allow``."""
 
+    body_timeout = ctx.config.server.body_timeout.total_seconds()
+
     async def endpoint(request: Request) -> Response:
         method = "GET" if request.method == "HEAD" else request.method
+        request.scope[BODY_DEADLINE] = trio.current_time() + body_timeout
         try:
             return await handlers[method](ctx, request)
         except ApiError as exc:
             response = exc.response()
-            if exc.status == 413 and request.scope.get("http_version", "1.1").startswith("1"):
+            if exc.status in (408, 413) and request.scope.get("http_version", "1.1")[0] == "1":
                 # The rest of the body may still be on its way; a reused HTTP/1
                 # connection would stall behind it, so this one ends here.
                 response.headers["Connection"] = "close"
@@ -115,9 +118,17 @@ async def serve_api(
     listen: str,
     *,
     shutdown: trio.Event,
+    header_timeout: float = 5.0,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``listen`` until ``shutdown`` is set.
+
+    ``header_timeout`` (``server.header_timeout``, seconds) bounds the time a
+    client takes to send a request's headers, from connecting or from the end
+    of the previous response: Hypercorn's keep-alive timer runs until a
+    request's headers are complete, so headers sent a byte at a time cannot
+    hold a connection open. Request bodies are bounded by
+    ``server.body_timeout`` in :func:`bothy_notify.api.context.read_json`.
 
     ``task_status.started`` gets the bound ``host:port`` (port 0 picks a free one).
     """
@@ -128,6 +139,7 @@ async def serve_api(
     config.graceful_timeout = 5.0
     # Clients such as load balancers keep connections for long; never force a reconnect.
     config.keep_alive_max_requests = 1_000_000
+    config.keep_alive_timeout = header_timeout
 
     async def run(*, task_status: trio.TaskStatus[list[str]]) -> None:
         asgi: Any = app

@@ -7,18 +7,20 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+import trio
 from starlette.requests import Request
 
-from bothy_notify.api.errors import ApiError, bad_json, too_large
+from bothy_notify.api.errors import ApiError, bad_json, body_timeout, too_large
 from bothy_notify.auth import AuthError, DeviceClaims, ProducerClaims, TokenVerifier
 from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.notify.catalogue import CatalogueSource, FixedCatalogue
-from bothy_notify.store import registrations as regs
-from bothy_notify.store.db import Database
+from bothy_notify.store import people
+from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.events import EventValidator
 
 
@@ -50,31 +52,44 @@ class ApiContext:
 
 
 def bearer(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
+    """The token of the one ``Authorization: Bearer`` header; 401 otherwise.
+
+    Two ``Authorization`` headers are refused: a proxy in front may have read
+    the other one. The token's own shape is the verifier's business.
+    """
+    headers = request.headers.getlist("authorization")
+    scheme, _, token = (headers[0] if len(headers) == 1 else "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "unauthorized", "a bearer token is required")
     return token.strip()
 
 
 async def device_claims(ctx: ApiContext, request: Request) -> DeviceClaims:
-    """Verify the device token and create or update its device row; refuse a revoked one."""
+    """Verify the device token and create or update its device row.
+
+    Refuses (403) a revoked device, and a person the app deactivated
+    (``user.upserted`` with ``active: false``); neither changes any row.
+    """
     try:
         claims = ctx.verifier.device(bearer(request))
     except AuthError as exc:
         raise ApiError(401, "unauthorized", "the token is missing, invalid or expired") from exc
-    state = await ctx.db.run(
-        lambda c: regs.ensure_device(
-            c,
-            user_id=claims.user_id,
-            device_id=claims.device_id,
-            platform=claims.platform,
-            principal_kind=claims.kind,
-        )
-    )
+    state = await ctx.db.run(partial(_admit_device, claims=claims))
     if state == "revoked":
         raise ApiError(403, "device_revoked", "this device has been revoked")
+    if state == people.DEACTIVATED:
+        raise ApiError(403, "deactivated", "this person has been deactivated")
     return claims
+
+
+def _admit_device(conn: Conn, *, claims: DeviceClaims) -> str:
+    return people.admit_device(
+        conn,
+        user_id=claims.user_id,
+        device_id=claims.device_id,
+        platform=claims.platform,
+        principal_kind=claims.kind,
+    )
 
 
 def producer_claims(ctx: ApiContext, request: Request) -> ProducerClaims:
@@ -90,23 +105,34 @@ def producer_claims(ctx: ApiContext, request: Request) -> ProducerClaims:
         raise ApiError(status, exc.code, message) from exc
 
 
+BODY_DEADLINE = "bothy.body_deadline"
+"""Key of the request's scope holding the Trio time by which its body must have
+arrived (``server.body_timeout`` after the handler started; see ``api.app``)."""
+
+
 async def read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON; 413 above ``limit`` bytes, 400 when malformed.
+    """The request body as JSON; 413 above ``limit`` bytes, 400 when malformed,
+    408 when the body has not arrived by the request's deadline.
 
     Malformed includes what Python's parser would otherwise let through or
     choke on: ``NaN``/``Infinity`` (not JSON), numbers too large for a double,
-    and nesting too deep to parse.
+    and nesting too deep to parse. The deadline (``server.body_timeout`` from
+    the end of the headers) bounds the whole body, not each read, so a client
+    sending one byte at a time cannot hold the request open.
     """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large()
     body = bytearray()
-    # Closed explicitly: stopping early must not leave the generator to the collector.
-    async with aclosing(request.stream()) as stream:
-        async for chunk in stream:
-            body.extend(chunk)
-            if len(body) > limit:
-                raise too_large()
+    with trio.move_on_at(request.scope.get(BODY_DEADLINE, math.inf)) as deadline:
+        # Closed explicitly: stopping early must not leave the generator to the collector.
+        async with aclosing(request.stream()) as stream:
+            async for chunk in stream:
+                body.extend(chunk)
+                if len(body) > limit:
+                    raise too_large()
+    if deadline.cancelled_caught:
+        raise body_timeout()
     try:
         return json.loads(body, parse_constant=_refuse_constant, parse_float=_finite_float)
     except (ValueError, UnicodeDecodeError, RecursionError):

@@ -51,3 +51,13 @@ def only_field(body: object, name: str) -> object:
 
 def too_large(message: str = "the request body is too large") -> ApiError:
     return ApiError(413, "too_large", message)
+
+
+def body_timeout() -> ApiError:
+    return ApiError(408, "body_timeout", "the request body did not arrive in time")
+
+
+def thread_not_found() -> ApiError:
+    """The same answer for a thread that does not exist and one the caller cannot
+    read, so the answer never tells whether a thread exists."""
+    return ApiError(404, "not_found", "no such thread")

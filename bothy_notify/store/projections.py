@@ -17,14 +17,21 @@ from bothy_notify.store.db import Conn
 
 Payload = Mapping[str, Any]
 
+USER_DEACTIVATED_CHANNEL = "bothy_user_deactivated"
+"""``NOTIFY`` channel told the ID of every person ``user.upserted`` leaves inactive
+(the gateway closes their connections)."""
+
 
 def upsert_user(conn: Conn, p: Payload) -> None:
+    """Project ``user.upserted``; an inactive person's ID goes to every gateway."""
     conn.execute(
         "INSERT INTO bothy.users (user_id, kind, active) VALUES (%s, %s, %s)"
         " ON CONFLICT (user_id) DO UPDATE SET kind = EXCLUDED.kind, active = EXCLUDED.active,"
         " updated_at = now()",
         (p["user_id"], p["kind"], p["active"]),
     )
+    if not p["active"]:
+        conn.execute("SELECT pg_notify(%s, %s)", (USER_DEACTIVATED_CHANNEL, p["user_id"]))
 
 
 REVOKED_CHANNEL = "bothy_device_revoked"

@@ -205,6 +205,12 @@ async def test_a_producer_token_needs_scope_events_write(launch: Launch) -> None
 
 async def test_a_device_token_acts_only_for_its_own_sub(launch: Launch) -> None:
     node = await launch()
+    await node.append(
+        ev("thread.upserted", thread_id="t1", space_id="s1"),
+        ev("member.added", user_id="alex", scope_id="s1"),
+        ev("member.added", user_id="sam", scope_id="s1"),
+    )
+    await node.settle()
     alex = device_token("alex", "alex-phone")
     sam = device_token("sam", "sam-phone")
     registration = await node.register("alex", "alex-phone", "alex-token")

@@ -22,13 +22,24 @@ async def level_of(node: Node, thread: str, token: str = PHONE) -> dict[str, Any
     return body
 
 
+async def readable_thread(node: Node, *people: str) -> None:
+    """Thread t1 in space s1, which ``people`` (alex by default) may read."""
+    await node.append(
+        ev("thread.upserted", thread_id="t1", space_id="s1"),
+        *(ev("member.added", user_id=p, scope_id="s1") for p in people or ("alex",)),
+    )
+    await node.settle()
+
+
 async def test_without_a_stored_level_the_answer_is_notify_default_level(launch: Launch) -> None:
     node = await launch(config=make_config(notify={"default_level": "all"}))
+    await readable_thread(node)
     assert await level_of(node, "t1") == {"thread_id": "t1", "level": "all", "is_default": True}
 
 
 async def test_a_stored_level_is_answered_and_only_for_its_person(launch: Launch) -> None:
     node = await launch()
+    await readable_thread(node, "alex", "sam")
     response = await follow(node, "t1", {"level": "none"})
     assert response.status_code == 200
     assert response.json() == {"thread_id": "t1", "level": "none", "is_default": False}
@@ -40,6 +51,7 @@ async def test_a_stored_level_is_answered_and_only_for_its_person(launch: Launch
 
 async def test_the_api_and_the_thread_followed_event_write_one_projection(launch: Launch) -> None:
     node = await launch()
+    await readable_thread(node)
     await node.append(ev("thread.followed", user_id="alex", thread_id="t1", level="all"))
     await node.settle()
     assert (await level_of(node, "t1"))["level"] == "all"

@@ -40,8 +40,19 @@ class RawClient:
     async def send(self, frame: dict[str, Any]) -> None:
         await self._send(TextMessage(data=json.dumps(frame)))
 
+    async def wait_hello(self) -> dict[str, Any] | None:
+        """The ``hello`` frame (it may have come with the upgrade's answer), or
+        ``None`` when the server closed first."""
+        for frame in self.frames:
+            if frame.get("op") == "hello":
+                return frame
+        return await self.read_until(lambda f: f.get("op") == "hello")
+
     async def read_until(self, predicate: Any) -> dict[str, Any] | None:
-        """Read frames until one matches ``predicate`` (returned) or the server closes."""
+        """Read frames until one matches ``predicate`` (returned) or the server closes.
+
+        Only frames received from now on are matched.
+        """
         seen = len(self.frames)
         while True:
             for frame in self.frames[seen:]:

@@ -82,3 +82,30 @@ def test_a_message_exactly_at_the_limit_passes() -> None:
     out, stream, _ = feed(sent, [])
 
     assert out == passed == sent and not oversized and not stream.oversized
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    kinds=st.lists(st.booleans(), min_size=1, max_size=5),
+    cuts=st.lists(st.integers(0, 10**6)),
+)
+def test_text_messages_reach_the_library_as_binary_and_are_remembered_as_text(
+    kinds: list[bool], cuts: list[int]
+) -> None:
+    """So the library never judges UTF-8 (it would close with 1007, not 4003)."""
+    protocol = FrameProtocol(client=True, extensions=[])
+    sent = bytearray(UPGRADE)
+    for is_text in kinds:
+        # Two fragments each, so continuation frames are seen too.
+        sent += protocol.send_data("ab" if is_text else b"ab", fin=False)
+        sent += protocol.send_data("cd" if is_text else b"cd", fin=True)
+
+    out, stream, _ = feed(bytes(sent), cuts)
+
+    server = FrameProtocol(client=False, extensions=[])
+    server.receive_bytes(out[len(UPGRADE) :])
+    frames = list(server.received_frames())
+    assert [f.opcode.value for f in frames] == [2, 2] * len(kinds)  # binary messages
+    assert [f.payload for f in frames] == [b"ab", b"cd"] * len(kinds)
+    assert [stream.was_text() for _ in kinds] == kinds
+    assert stream.was_text() is False  # nothing more was passed on

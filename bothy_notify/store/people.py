@@ -1,0 +1,51 @@
+"""People as the projection knows them (``user.upserted``), and admitting a
+device token's claims: the one rule the HTTP API and the gateway share."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from bothy_notify.store import registrations
+from bothy_notify.store.db import Conn
+
+DEACTIVATED = "deactivated"
+"""What :func:`admit_device` answers for a person the app deactivated."""
+
+
+def admit_device(
+    conn: Conn, *, user_id: str, device_id: str, platform: str, principal_kind: str
+) -> str:
+    """Admit a device token's claims: :data:`DEACTIVATED` (nothing written) when the
+    app deactivated the person, else the device's state after creating or
+    updating its row (``revoked`` means refuse; see
+    :func:`bothy_notify.store.registrations.ensure_device`)."""
+    if not is_active(conn, user_id):
+        return DEACTIVATED
+    return registrations.ensure_device(
+        conn,
+        user_id=user_id,
+        device_id=device_id,
+        platform=platform,
+        principal_kind=principal_kind,
+    )
+
+
+def is_active(conn: Conn, user_id: str) -> bool:
+    """Whether the app has not deactivated ``user_id``.
+
+    A person the projection does not know yet counts as active: a device may
+    register before the app sends ``user.upserted``.
+    """
+    row = conn.execute("SELECT active FROM bothy.users WHERE user_id = %s", (user_id,)).fetchone()
+    return row is None or bool(row[0])
+
+
+def inactive_among(conn: Conn, user_ids: Collection[str]) -> set[str]:
+    """The people among ``user_ids`` whom the app deactivated."""
+    if not user_ids:
+        return set()
+    rows = conn.execute(
+        "SELECT user_id FROM bothy.users WHERE NOT active AND user_id = ANY(%s)",
+        (list(user_ids),),
+    ).fetchall()
+    return {str(r[0]) for r in rows}

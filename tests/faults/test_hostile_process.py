@@ -1,0 +1,222 @@
+"""Hostile input against a real ``bothy-notify run`` process: every answer is the
+constant one, the daemon stays up and ready, another client keeps working, and
+the log shows neither a traceback nor anything the input carried."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+import trio_websocket
+
+from bothy_notify.auth import mint_token
+from tests.gateway.rawclient import RawClient
+from tests.hostile.rawhttp import exchange, request_bytes, trickle
+from tests.hostile.tokens import malformed_device_tokens
+from tests.hostile.wsframes import client_frame
+
+KEY = "fault-test-hs256-key-0123456789abcdef"
+RUNNING = re.compile(r"API http://(\S+?), gateway ws://(\S+?)/v1/gateway")
+MARKERS = ("mallory", "alex", "t-secret", KEY)
+"""What the hostile input and the test world carry; none of it may reach the log."""
+
+CONFIG = """
+[server]
+api_listen = "127.0.0.1:0"
+gateway_listen = "127.0.0.1:0"
+body_timeout = "500ms"
+header_timeout = "500ms"
+drain_period = "2s"
+[database]
+url = "env:BOTHY_TEST_DATABASE_URL"
+[auth]
+keys = [{ algorithm = "HS256", key = "env:BOTHY_TEST_KEY" }]
+[sync]
+identify_timeout = "2s"
+write_timeout = "1s"
+max_unidentified_connections = 40
+[notify]
+poll_interval = "50ms"
+coalesce_window = "0s"
+[push.fake]
+[log]
+level = "info"
+format = "json"
+"""
+
+
+def token(user: str, device: str, platform: str = "linux") -> str:
+    return mint_token(KEY, {"sub": user, "did": device, "plat": platform, "kind": "user"})
+
+
+def spawn(database_url: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    config = tmp_path / "hostile.toml"
+    config.write_text(CONFIG)
+    log = tmp_path / "daemon.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bothy_notify.cli", "run", "--config", str(config)],
+            env={**os.environ, "BOTHY_TEST_DATABASE_URL": database_url, "BOTHY_TEST_KEY": KEY},
+            stdout=sink,
+            stderr=sink,
+        )
+    return process, log
+
+
+async def addresses(process: subprocess.Popen[bytes], log: Path) -> tuple[str, str]:
+    """The API's and the gateway's ``host:port`` once the daemon says it runs."""
+    with trio.fail_after(30):
+        while not (found := RUNNING.search(await trio.Path(log).read_text(errors="replace"))):
+            assert process.poll() is None, await trio.Path(log).read_text(errors="replace")
+            await trio.sleep(0.02)
+    return found.group(1), found.group(2)
+
+
+async def live_desktop(
+    nursery: trio.Nursery, gateway: str, user: str
+) -> tuple[trio_websocket.WebSocketConnection, list[dict[str, object]]]:
+    host, _, port = gateway.rpartition(":")
+    ws = await trio_websocket.connect_websocket(
+        nursery, host, int(port), "/v1/gateway", use_ssl=False
+    )
+    await ws.get_message()  # hello
+    await ws.send_message(
+        json.dumps({"op": "identify", "d": {"token": token(user, f"{user}-desktop", "macos")}})
+    )
+    frames: list[dict[str, object]] = []
+    while (frame := json.loads(await ws.get_message())).get("op") != "catchup.complete":
+        frames.append(frame)
+    return ws, frames
+
+
+async def gateway_close(gateway: str, frame: bytes) -> tuple[int | None, str | None]:
+    """Connect, send ``frame`` (raw bytes) after hello, and return the server's close."""
+    raw = await RawClient.connect(gateway)
+    try:
+        with trio.fail_after(10):
+            assert await raw.wait_hello()
+            await raw.stream.send_all(frame)
+            await raw.read_until(lambda f: False)
+    finally:
+        await raw.aclose()
+    return raw.close_code, raw.close_reason
+
+
+async def flood(gateway: str, count: int) -> None:
+    """``count`` connections that never upgrade, each dropped by the client in turn."""
+    host, _, port = gateway.rpartition(":")
+    streams: list[trio.SocketStream] = []
+    try:
+        for _ in range(count):
+            streams.append(await trio.open_tcp_stream(host, int(port)))
+    finally:
+        for stream in streams:
+            await stream.aclose()
+
+
+@pytest.mark.slow
+async def test_a_real_daemon_answers_hostile_input_and_keeps_serving(
+    database_url: str, tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    process, log = spawn(database_url, tmp_path)
+    try:
+        api, gateway = await addresses(process, log)
+        async with httpx.AsyncClient(base_url=f"http://{api}", timeout=10) as http:
+            producer = mint_token(KEY, {"sub": "backend", "scope": "events:write"})
+            events = [
+                {
+                    "type": "user.upserted",
+                    "payload": {"user_id": "alex", "kind": "human", "active": True},
+                },
+                {"type": "thread.upserted", "payload": {"thread_id": "t-secret", "space_id": "s1"}},
+                {"type": "member.added", "payload": {"user_id": "alex", "scope_id": "s1"}},
+                {
+                    "type": "thread.followed",
+                    "payload": {"user_id": "alex", "thread_id": "t-secret", "level": "all"},
+                },
+            ]
+            headers = {"authorization": f"Bearer {producer}"}
+            assert (
+                await http.post("/v1/events", json={"events": events}, headers=headers)
+            ).status_code == 200
+            alex, _ = await live_desktop(nursery, gateway, "alex")
+
+            # HTTP: every malformed token, a trickled body, two Authorization headers.
+            for name, bad in malformed_device_tokens():
+                answer = await exchange(
+                    api,
+                    request_bytes(
+                        "GET",
+                        "/v1/preferences",
+                        [(b"Authorization", b"Bearer " + bad.encode("utf-8", "surrogatepass"))],
+                    ),
+                )
+                assert answer.status == 401, name
+            slow = request_bytes(
+                "PUT",
+                "/v1/preferences",
+                [(b"Authorization", b"Bearer " + token("mallory", "m1").encode())],
+                b'{"categories":{}}' + b" " * 5000,
+            )
+            assert (
+                await trickle(api, slow, pause=0.01, at_once=slow.index(b"\r\n\r\n") + 4)
+            ).status == 408
+            twice = request_bytes(
+                "GET",
+                "/v1/preferences",
+                [(b"Authorization", b"Bearer " + token("mallory", "m1").encode())] * 2,
+            )
+            assert (await exchange(api, twice)).status == 401
+
+            # Gateway: nesting too deep, invalid UTF-8, a token that cannot be UTF-8 encoded,
+            # a flood of connections that never identify.
+            deep = b'{"op":"ping","d":' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+            assert await gateway_close(gateway, client_frame(deep)) == (4003, "malformed frame")
+            assert await gateway_close(gateway, client_frame(b'{"op":"\xff"}')) == (
+                4003,
+                "malformed frame",
+            )
+            surrogate = b'{"op":"identify","d":{"token":"\\ud800"}}'
+            assert await gateway_close(gateway, client_frame(surrogate)) == (
+                4001,
+                "authentication failed",
+            )
+            await flood(gateway, 200)
+
+            # The bystander still hears about a new message, and the node is ready.
+            message = {
+                "thread_id": "t-secret",
+                "message_id": "m1",
+                "thread_seq": 1,
+                "author_id": "sam",
+                "mentions": [],
+            }
+            sent = await http.post(
+                "/v1/events",
+                json={"events": [{"type": "message.created", "payload": message}]},
+                headers=headers,
+            )
+            assert sent.status_code == 200
+            with trio.fail_after(15):
+                while json.loads(await alex.get_message()).get("type") != "notification.created":
+                    pass
+            assert (await http.get("/readyz")).status_code == 200
+            await alex.aclose()
+        assert process.poll() is None
+    finally:
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            code = await trio.to_thread.run_sync(process.wait)
+    assert code == 0
+    text = await trio.Path(log).read_text(errors="replace")
+    assert "Traceback" not in text
+    for marker in MARKERS:
+        assert marker not in text, marker
