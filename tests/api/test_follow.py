@@ -89,6 +89,7 @@ async def world(node: Node) -> None:
         ev("member.added", user_id="alex", scope_id="s1"),
     )
     await node.register("alex", "alex-phone", "alex-token")
+    await node.settle()  # the membership is projected: alex may read t1 and set a level
 
 
 def message(seq: int, mentions: list[str]) -> dict[str, Any]:
@@ -105,7 +106,7 @@ def message(seq: int, mentions: list[str]) -> dict[str, Any]:
 async def test_level_none_silences_the_thread_even_for_mentions(launch: Launch) -> None:
     node = await launch()
     await world(node)
-    await follow(node, "t1", {"level": "none"})
+    assert (await follow(node, "t1", {"level": "none"})).status_code == 200
     await node.append(message(1, []), message(2, ["alex"]))
     await node.settle()
 
@@ -116,7 +117,7 @@ async def test_level_none_silences_the_thread_even_for_mentions(launch: Launch) 
 async def test_level_mentions_lets_only_mentions_through(launch: Launch) -> None:
     node = await launch(config=make_config(notify={"default_level": "all"}))
     await world(node)
-    await follow(node, "t1", {"level": "mentions"})
+    assert (await follow(node, "t1", {"level": "mentions"})).status_code == 200
     await node.append(message(1, []), message(2, ["alex"]), message(3, []))
     await node.settle()
 
@@ -128,7 +129,7 @@ async def test_level_mentions_lets_only_mentions_through(launch: Launch) -> None
 async def test_level_all_hears_every_message(launch: Launch) -> None:
     node = await launch()
     await world(node)
-    await follow(node, "t1", {"level": "all"})
+    assert (await follow(node, "t1", {"level": "all"})).status_code == 200
     await node.append(message(1, []), message(2, []))
     await node.settle()
 
