@@ -31,6 +31,11 @@ SKIP_REASONS = (
 )
 """Why a hint or a send stopped; the values of ``bothy_push_skipped_total{reason}``."""
 
+TOPIC_RECIPIENT_ACTIONS = ("registered", "unregistered", "expired", "dead")
+"""Values of ``bothy_topic_recipients_total{action}``."""
+TOPIC_OUTCOMES = ("delivered", "failed", "rejected", "mismatch", "dead", "suppressed")
+"""Values of ``bothy_topic_deliveries_total{outcome}``."""
+
 _DELIVERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600)
 
 
@@ -129,6 +134,31 @@ class Metrics:
             ["cause"],
             registry=r,
         )
+
+        # Topic mode (docs/topics.md). Labels: channel in apns, fcm, webhook, fake.
+        self.topic_deliveries = Counter(
+            "bothy_topic_deliveries",
+            "Topic-mode deliveries by channel and outcome (delivered, failed, rejected,"
+            " mismatch, dead, suppressed).",
+            ["channel", "outcome"],
+            registry=r,
+        )
+        self.topic_recipients = Counter(
+            "bothy_topic_recipients",
+            "Topic-mode recipients by action (registered, unregistered, expired, dead).",
+            ["action"],
+            registry=r,
+        )
+        for action in TOPIC_RECIPIENT_ACTIONS:
+            self.topic_recipients.labels(action)
+        self.topic_subscriptions = Counter(
+            "bothy_topic_subscriptions",
+            "Topic-mode subscriptions by action (added, removed).",
+            ["action"],
+            registry=r,
+        )
+        for action in ("added", "removed"):
+            self.topic_subscriptions.labels(action)
 
     def skip(self, reason: str, amount: int = 1) -> None:
         """Count ``amount`` skips with ``reason`` (one of :data:`SKIP_REASONS`)."""

@@ -193,6 +193,7 @@ class ConsumerRound:
             m.hints_coalesced.inc(outcome.folded)
         if outcome.deduplicated:
             m.hints_deduplicated.inc(outcome.deduplicated)
+        outcome.topics.record(m)
 
     def _sample_lag(self, conn: Conn) -> None:
         with conn.transaction():
