@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from bothy_notify.kernel.clock import to_unix_micros
 from bothy_notify.store.db import Conn
 
 TOPIC_PUSH_SEND = "topics.push_send"
@@ -399,7 +400,8 @@ ins AS (
          jsonb_build_object('seq', seq, 'recipient_id', encode(recipient_id, 'hex'),
                             'topic', encode(topic, 'hex'),
                             'appended_at',
-                            floor(extract(epoch FROM occurred_at) * 1000000)::bigint),
+                            floor(extract(epoch FROM occurred_at) * 1000000)::bigint,
+                            'due_at', %(now_micros)s::bigint),
          %(now)s, %(max_attempts)s, %(now)s
   FROM decided WHERE NOT suppressed
   RETURNING 1
@@ -442,6 +444,7 @@ def dispatch_page(
         "epoch_seconds": epoch_seconds,
         "kind": TOPIC_PUSH_SEND,
         "now": now,
+        "now_micros": to_unix_micros(now),
         "max_attempts": max_attempts,
     }
     row = conn.execute(_PAGE, params).fetchone()

@@ -23,7 +23,7 @@ transient       retried after the provider's minimum delay, backoff and jitter
 
 A webhook answering 404 or 410 is dead only when every attempt answered so:
 the job's previous error carries the streak across attempts. Before sending,
-a job older than ``push.max_age`` (from the envelope's append) is dropped as
+a job older than ``push.max_age`` (from the round's decision) is dropped as
 ``skipped_expired``, and a job whose recipient is gone as
 ``skipped_no_recipient``.
 """
@@ -62,25 +62,28 @@ _RANDOM = random.Random()  # noqa: S311 - spreading deferred jobs, not cryptogra
 @dataclass(frozen=True, slots=True)
 class TopicSendArgs:
     """``topics.push_send`` args: the envelope's seq, the recipient and topic in hex,
-    the append time in Unix microseconds. IDs and integers only."""
+    the envelope's append time (the database's clock, for the latency metric) and
+    the round's time of decision (the daemon's clock, for ``push.max_age``), both
+    in Unix microseconds. IDs and integers only."""
 
     seq: int
     recipient_id: bytes
     topic: bytes
     appended_at: int
+    due_at: int
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> TopicSendArgs | None:
         """Parse stored args; ``None`` when they are not what the round writes."""
         try:
-            seq, appended_at = args["seq"], args["appended_at"]
+            seq, appended_at, due_at = args["seq"], args["appended_at"], args["due_at"]
             recipient_id = bytes.fromhex(args["recipient_id"])
             topic = bytes.fromhex(args["topic"])
         except (KeyError, TypeError, ValueError):
             return None
-        if not isinstance(seq, int) or not isinstance(appended_at, int):
+        if not all(isinstance(v, int) for v in (seq, appended_at, due_at)):
             return None
-        return cls(seq, recipient_id, topic, appended_at)
+        return cls(seq, recipient_id, topic, appended_at, due_at)
 
     def to_args(self) -> dict[str, int | str]:
         return {
@@ -88,6 +91,7 @@ class TopicSendArgs:
             "recipient_id": self.recipient_id.hex(),
             "topic": self.topic.hex(),
             "appended_at": self.appended_at,
+            "due_at": self.due_at,
         }
 
     def __repr__(self) -> str:
@@ -151,7 +155,7 @@ class TopicPushHandler:
                     nursery.start_soon(self._send, job, plan, report)
 
     def _too_old(self, args: TopicSendArgs, now: datetime) -> bool:
-        return now - from_unix_micros(args.appended_at) > self._config.max_age
+        return now - from_unix_micros(args.due_at) > self._config.max_age
 
     async def _send(self, job: Job, plan: _Plan, report: Report) -> None:
         config = plan.recipient.config

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import os
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -82,10 +83,12 @@ async def subscribe(
     return await call(node, "subscriptions", body)
 
 
-def window(node: Node, key: bytes) -> dict[str, Any]:
-    """A key window around the node's present epoch holding ``key`` in every slot."""
-    current = epoch_of(node.clock.now())
-    return {"keys": [key, key, key], "base": current - 1}
+def window(key: bytes, *, offset: int = -1) -> dict[str, Any]:
+    """A key window holding ``key`` in every slot, starting ``offset`` epochs from the
+    present one. Envelopes take their epoch from the database's clock (the append
+    time), which is the real one, so the window follows real time."""
+    current = epoch_of(datetime.now(UTC))
+    return {"keys": [key, key, key], "base": current + offset}
 
 
 def envelope(
