@@ -7,8 +7,6 @@ import os
 import re
 from typing import Any
 
-import pytest
-
 from bothy_notify.kernel.clock import to_unix_micros
 from bothy_notify.notify.planner import RoundOutcome
 from bothy_notify.store import events as eventlog
@@ -209,7 +207,6 @@ def test_the_round_reads_no_envelope_payload(database_url: str) -> None:
     assert event.type == "envelope.published" and event.payload == {}
 
 
-@pytest.mark.slow
 async def test_ten_thousand_subscribers_of_one_topic_are_decided_in_bounded_pages(
     launch: Launch,
 ) -> None:
