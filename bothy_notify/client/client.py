@@ -21,7 +21,7 @@ Surface:
 A run makes at most one request. In order: nothing unless enabled (and past a
 retry backoff); a Register when one is owed (first enable failed, the daemon
 said NOT_FOUND) or the renewal deadline passed (now + (expires_at - now) / 4
-after every success); otherwise the next :func:`~.diff.plan` (at most 1000
+after every success, an hour at the least); otherwise the next :func:`~.diff.plan` (at most 1000
 subscriptions). Every answer's ``topic_count`` is compared with the uploaded
 set: a difference starts a repair pass that marks every uploaded row stale;
 while it runs, counts are not compared and each run re-sends at most 1000
@@ -71,6 +71,9 @@ FIRST_RETRY = timedelta(seconds=60)
 """Backoff after the first failed notification call."""
 LONGEST_RETRY = timedelta(hours=1)
 """Backoff stops doubling here (the hourly sync would run anyway)."""
+RENEWAL_FLOOR = timedelta(hours=1)
+"""The next renewal is never sooner than this: with a clock far off the daemon's, an
+expiry that looks past would otherwise make every run a Register."""
 SYNC_PERIOD = timedelta(hours=1)
 """The sync task runs at least this often while enabled, so a lost wake costs an hour."""
 
@@ -327,7 +330,7 @@ class NotificationClient:
         settings = self._store.settings()
         self._store.record_state(state)
         self._store.update(
-            renewal_deadline=now + (state.expires_at - now) / 4,
+            renewal_deadline=now + max((state.expires_at - now) / 4, RENEWAL_FLOOR),
             sync_deadline=now + SYNC_PERIOD,
             retry_at=None,
             retry_backoff=None,
