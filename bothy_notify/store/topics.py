@@ -23,6 +23,7 @@ from typing import Any
 
 from bothy_notify.kernel.clock import to_unix_micros
 from bothy_notify.store.db import Conn
+from bothy_notify.store.migrate import load_event_schemas
 
 TOPIC_PUSH_SEND = "topics.push_send"
 """The job kind of one content-free push to one recipient."""
@@ -343,6 +344,16 @@ class Page:
     last: Keyset | None
 
 
+_FORMS = {
+    name: str(prop["pattern"])
+    for name, prop in load_event_schemas()["envelope.published"]["properties"].items()
+    if "pattern" in prop
+}
+"""The envelope schema's base64 forms. ``bothy.append_event`` already refuses other
+payloads, but a producer may INSERT into ``bothy.events`` directly: the statement
+checks again, so a malformed row is skipped (and its data never suppresses)
+instead of failing the round."""
+
 # One statement per page; the same statement for every page of a batch (keyset
 # paging in (seq, recipient_id) order). Rows:
 #   d        the page's deliveries: eligible envelopes of the batch joined with the
@@ -361,16 +372,18 @@ WITH d AS (
               WHEN m.epoch = s.hmac_epoch_base + 2 THEN s.hmac_pads_2 END AS pads
   FROM bothy.events e
   CROSS JOIN LATERAL (
-    SELECT decode(p.topic, 'base64') AS topic, p.kind, p.should_push,
-           decode(p.sender_hmac, 'base64') AS sender_hmac,
+    SELECT CASE WHEN p.topic ~ %(topic_form)s THEN decode(p.topic, 'base64') END AS topic,
+           p.kind, p.should_push = 'true' AS should_push,
+           CASE WHEN p.sender_hmac ~ %(hmac_form)s
+                THEN decode(p.sender_hmac, 'base64') END AS sender_hmac,
            floor(extract(epoch FROM e.occurred_at) / %(epoch_seconds)s)::bigint AS epoch
     FROM jsonb_to_record(e.payload - 'data')
-         AS p(topic text, kind text, should_push boolean, sender_hmac text)
+         AS p(topic text, kind text, should_push text, sender_hmac text)
   ) m
   CROSS JOIN LATERAL (
     SELECT s.recipient_id, s.hmac_epoch_base, s.hmac_pads_0, s.hmac_pads_1, s.hmac_pads_2
     FROM bothy.topic_subscriptions s
-    WHERE s.topic = m.topic
+    WHERE m.topic IS NOT NULL AND s.topic = m.topic
       AND s.recipient_id > CASE WHEN e.seq = %(seq)s THEN %(rid)s::bytea ELSE '\\x'::bytea END
       AND s.since_xid <= e.xid
       AND (m.kind IN ('welcome', 'application') OR s.include_commits)
@@ -378,13 +391,16 @@ WITH d AS (
     LIMIT %(page)s
   ) s
   WHERE e.seq >= %(seq)s AND e.seq <= %(last)s AND e.seq = ANY(%(seqs)s)
-    AND e.type = 'envelope.published'
+    AND e.type = 'envelope.published' AND jsonb_typeof(e.payload) = 'object'
+    AND m.kind IN ('welcome', 'application', 'commit', 'proposal')
     AND (m.kind <> 'application' OR m.should_push)
   ORDER BY e.seq, s.recipient_id
   LIMIT %(page)s
 ),
 x AS MATERIALIZED (
-  SELECT e.seq, decode(e.payload ->> 'data', 'base64') AS data FROM bothy.events e
+  SELECT e.seq, CASE WHEN e.payload ->> 'data' ~ %(data_form)s
+                     THEN decode(e.payload ->> 'data', 'base64') END AS data
+  FROM bothy.events e
   WHERE e.seq = ANY(ARRAY(SELECT DISTINCT seq FROM d WHERE pads IS NOT NULL))
 ),
 decided AS (
@@ -442,6 +458,9 @@ def dispatch_page(
         "last": envelope_seqs[-1],
         "page": page_size,
         "epoch_seconds": epoch_seconds,
+        "topic_form": _FORMS["topic"],
+        "hmac_form": _FORMS["sender_hmac"],
+        "data_form": _FORMS["data"],
         "kind": TOPIC_PUSH_SEND,
         "now": now,
         "now_micros": to_unix_micros(now),

@@ -3,6 +3,7 @@ subscriptions, and sent through the fake provider (PUSH-025, 041 to 044, 052).""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any
@@ -290,3 +291,30 @@ async def test_a_job_whose_recipient_is_gone_is_skipped(launch: Launch) -> None:
     finished = node.daemon.metrics.jobs_finished.labels(TOPIC_PUSH_SEND, "skipped_no_recipient")
     assert finished._value.get() == 1
     assert topic_sends(node) == []
+
+
+async def test_malformed_envelope_rows_written_around_the_function_do_not_stop_the_round(
+    launch: Launch,
+) -> None:
+    node = await launch()
+    topic = conversation()
+    key = hmac_key()
+    who = await subscribed(node, topic, key=key)
+    signed = envelope(topic, sender_key=key)["payload"]
+    bad = [
+        ["not", "an", "object"],
+        {**signed, "topic": "%%%"},
+        {**signed, "should_push": "yes"},
+        {**signed, "kind": "reaction"},
+        {**signed, "data": "not base64!"},  # the sender check cannot run: sent (fail open)
+    ]
+    for payload in bad:
+        await node.sql(
+            "INSERT INTO bothy.events (type, payload) VALUES ('envelope.published', %s::jsonb)",
+            (json.dumps(payload),),
+        )
+    (good,) = await node.append(envelope(topic))
+    await node.settle()
+
+    rows = await node.sql("SELECT max(seq) FROM bothy.events")
+    assert pushed(node, who) == [str(rows[0][0] - 1), str(good)]
