@@ -18,7 +18,7 @@ import enum
 import hmac
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from bothy_notify.kernel.clock import to_unix_micros
@@ -471,8 +471,3 @@ def dispatch_page(
     deliveries, jobs, last_seq, last_rid, suppressed = row
     last = None if last_seq is None else Keyset(int(last_seq), bytes(last_rid))
     return Page(int(deliveries), int(jobs), {str(k): int(v) for k, v in suppressed.items()}, last)
-
-
-def renewal_deadline(renewed_at: datetime, ttl: timedelta) -> datetime:
-    """When a recipient renewed at ``renewed_at`` expires."""
-    return renewed_at + ttl
