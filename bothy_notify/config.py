@@ -387,10 +387,22 @@ class PushConfig:
     registration_ttl: timedelta = field(
         default=_d("30d"), metadata=_meta("invalidate a registration not renewed", min=60)
     )
+    recipient_ttl: timedelta = field(
+        default=_d("30d"),
+        metadata=_meta("delete a topic-mode recipient not renewed", min=86_400),
+    )
     apns: ApnsConfig | None = field(default=None, metadata=_meta("APNs provider block"))
     fcm: FcmConfig | None = field(default=None, metadata=_meta("FCM provider block"))
     webhook: WebhookConfig | None = field(default=None, metadata=_meta("webhook provider block"))
     fake: FakeProviderConfig | None = field(default=None, metadata=_meta("fake provider block"))
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    max_push_topics: int = field(
+        default=100_000,
+        metadata=_meta("topics one topic-mode recipient may subscribe", min=1, max=10_000_000),
+    )
 
 
 @dataclass(frozen=True)
@@ -425,6 +437,7 @@ class Config:
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     push: PushConfig = field(default_factory=PushConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
 

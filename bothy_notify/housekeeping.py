@@ -5,7 +5,9 @@
 - hourly (and once at start): prune finished jobs after ``jobs.retention``,
   invalidate registrations not renewed within ``push.registration_ttl``, delete
   invalidated registrations after ``push.invalidated_retention``, delete the
-  idempotency records of app hints older than ``notify.idempotency_window``.
+  idempotency records of app hints older than ``notify.idempotency_window``,
+  delete topic-mode recipients (and their subscriptions) not renewed within
+  ``push.recipient_ttl``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import trio
 from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
-from bothy_notify.store import idempotency
+from bothy_notify.store import idempotency, topics
 from bothy_notify.store import jobs as queue
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database, StoreError
@@ -39,6 +41,7 @@ class SweepResult:
     registrations_expired: int
     registrations_deleted: int
     idempotency_pruned: int = 0
+    recipients_expired: int = 0
 
 
 def sweep(conn: Conn, now: datetime, config: Config) -> SweepResult:
@@ -50,6 +53,7 @@ def sweep(conn: Conn, now: datetime, config: Config) -> SweepResult:
             conn, now - config.push.invalidated_retention
         ),
         idempotency_pruned=idempotency.prune(conn, now - config.notify.idempotency_window),
+        recipients_expired=topics.sweep_expired(conn, now - config.push.recipient_ttl),
     )
 
 
@@ -103,6 +107,8 @@ class Housekeeper:
         result = await self._db.run(lambda c: sweep(c, now, self._config))
         self._metrics.registration("expired", result.registrations_expired, cause="not_renewed")
         self._metrics.registration("deleted", result.registrations_deleted)
+        if result.recipients_expired:
+            self._metrics.topic_recipients.labels("expired").inc(result.recipients_expired)
         log.info(
             "housekeeping sweep",
             extra={
@@ -110,6 +116,7 @@ class Housekeeper:
                 "registrations_expired": result.registrations_expired,
                 "registrations_deleted": result.registrations_deleted,
                 "idempotency_pruned": result.idempotency_pruned,
+                "recipients_expired": result.recipients_expired,
             },
         )
         return result

@@ -50,6 +50,7 @@ from bothy_notify.store.db import Database, connect_dedicated
 from bothy_notify.store.embedded import EmbeddedPostgres
 from bothy_notify.store.events import EventValidator
 from bothy_notify.store.migrate import migrate
+from bothy_notify.topics.send import TopicPushHandler
 
 log = logging.getLogger("bothy.wiring")
 
@@ -294,6 +295,9 @@ class Daemon:
                 live=live,
                 metrics=metrics,
                 catalogue=catalogue,
+            ),
+            TopicPushHandler(
+                db=db, providers=providers, clock=clock, config=config.push, metrics=metrics
             ),
         ]
         self.housekeeper = Housekeeper(db=db, clock=clock, config=config, metrics=metrics)

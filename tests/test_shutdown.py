@@ -11,7 +11,7 @@ from pathlib import Path
 
 import trio
 
-from bothy_notify.push.port import Outcome, PushMessage, Target
+from bothy_notify.push.port import Message, Outcome, Target
 from tests.harness import Node, ev, make_config, start_node
 
 
@@ -25,7 +25,7 @@ class GatedProvider:
         self.entered = trio.Event()
         self.finished = 0
 
-    async def send(self, target: Target, message: PushMessage) -> Outcome:
+    async def send(self, target: Target, message: Message) -> Outcome:
         self.entered.set()
         await self.release.wait()
         self.finished += 1

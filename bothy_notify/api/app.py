@@ -19,7 +19,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from bothy_notify.api import catalogue, events, ops, preferences, registrations, threads
+from bothy_notify.api import (
+    catalogue,
+    events,
+    ops,
+    preferences,
+    recipients,
+    registrations,
+    threads,
+)
 from bothy_notify.api.context import BODY_DEADLINE, ApiContext
 from bothy_notify.api.errors import ApiError, error_response
 
@@ -66,6 +74,12 @@ DEVICE_ROUTES: list[tuple[str, Handler, list[str]]] = [
 PRODUCER_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/v1/events", events.post_events, ["POST"]),
 ]
+TOPIC_ROUTES: list[tuple[str, Handler, list[str]]] = [
+    ("/v1/recipients/register", recipients.post_register, ["POST"]),
+    ("/v1/recipients/unregister", recipients.post_unregister, ["POST"]),
+    ("/v1/recipients/subscriptions", recipients.post_subscriptions, ["POST"]),
+]
+"""Topic mode (docs/topics.md): a device or a producer token, and the recipient's secret."""
 OPERATOR_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/healthz", ops.healthz, ["GET"]),
     ("/readyz", ops.readyz, ["GET"]),
@@ -82,7 +96,7 @@ def build_app(
     """The ASGI app. ``operator_only`` (role ``worker``) serves just health and metrics."""
     table = list(OPERATOR_ROUTES)
     if not operator_only:
-        table = DEVICE_ROUTES + PRODUCER_ROUTES + (extra_routes or []) + table
+        table = DEVICE_ROUTES + PRODUCER_ROUTES + TOPIC_ROUTES + (extra_routes or []) + table
     by_path: dict[str, dict[str, Handler]] = {}
     for path, fn, methods in table:
         for method in methods:

@@ -35,6 +35,10 @@ REGISTRATION_ACTIONS = ("registered", "restored", "invalidated", "expired", "del
 """What happened to push registrations; the values of ``bothy_registrations_total{action}``."""
 INVALIDATION_CAUSES = ("dead", "strikes", "device_revoked", "not_renewed")
 """Why registrations were invalidated; ``bothy_registrations_invalidated_total{cause}``."""
+TOPIC_RECIPIENT_ACTIONS = ("registered", "unregistered", "expired", "dead")
+"""Values of ``bothy_topic_recipients_total{action}``."""
+TOPIC_OUTCOMES = ("delivered", "failed", "rejected", "mismatch", "dead", "suppressed")
+"""Values of ``bothy_topic_deliveries_total{outcome}``."""
 
 _DELIVERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600)
 
@@ -148,6 +152,31 @@ class Metrics:
             "Kinds files of notify.kinds_dir refused now (their app keeps its last good kinds).",
             registry=r,
         )
+
+        # Topic mode (docs/topics.md). Labels: channel in apns, fcm, webhook, fake.
+        self.topic_deliveries = Counter(
+            "bothy_topic_deliveries",
+            "Topic-mode deliveries by channel and outcome (delivered, failed, rejected,"
+            " mismatch, dead, suppressed).",
+            ["channel", "outcome"],
+            registry=r,
+        )
+        self.topic_recipients = Counter(
+            "bothy_topic_recipients",
+            "Topic-mode recipients by action (registered, unregistered, expired, dead).",
+            ["action"],
+            registry=r,
+        )
+        for action in TOPIC_RECIPIENT_ACTIONS:
+            self.topic_recipients.labels(action)
+        self.topic_subscriptions = Counter(
+            "bothy_topic_subscriptions",
+            "Topic-mode subscriptions by action (added, removed).",
+            ["action"],
+            registry=r,
+        )
+        for action in ("added", "removed"):
+            self.topic_subscriptions.labels(action)
 
     def skip(self, reason: str, amount: int = 1) -> None:
         """Count ``amount`` skips with ``reason`` (one of :data:`SKIP_REASONS`)."""

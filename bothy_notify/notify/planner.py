@@ -53,6 +53,8 @@ from bothy_notify.store.db import Conn
 from bothy_notify.store.events import Event
 from bothy_notify.store.jobs import JobSpec, JobWriter
 from bothy_notify.store.projections import PROJECTIONS, record_messages, upsert_device
+from bothy_notify.topics.dispatch import ENVELOPE_PUBLISHED, TopicsOutcome
+from bothy_notify.topics.dispatch import dispatch as dispatch_envelopes
 
 log = logging.getLogger("bothy.notify.round")
 
@@ -70,6 +72,7 @@ class RoundOutcome:
     folded: int = 0
     deduplicated: int = 0
     registrations_invalidated: int = 0
+    topics: TopicsOutcome = field(default_factory=TopicsOutcome)
 
 
 def policy_of(config: Config) -> Policy:
@@ -261,15 +264,33 @@ class RoundPlanner:
         )
         self.config = config
         self._messages: list[Event] = []
+        self._envelopes: list[int] = []
 
     def feed(self, events: Sequence[Event]) -> None:
         for event in events:
             if event.type == "message.created":
                 self._messages.append(event)
+            elif event.type == ENVELOPE_PUBLISHED:
+                # Topic mode reads no projection and writes none: its envelopes go
+                # to the topics dispatcher together, whatever lies between them.
+                self._envelopes.append(event.seq)
             else:
                 self._decide_messages()
                 self._apply(event)
         self._decide_messages()
+        self._dispatch_envelopes()
+
+    def _dispatch_envelopes(self) -> None:
+        if not self._envelopes:
+            return
+        seqs, self._envelopes = self._envelopes, []
+        self.outcome.jobs += dispatch_envelopes(
+            self.conn,
+            seqs,
+            now=self.decider.now,
+            max_attempts=self.config.push.max_attempts,
+            outcome=self.outcome.topics,
+        )
 
     def _apply(self, event: Event) -> None:
         p = event.payload

@@ -204,6 +204,7 @@ class ConsumerRound:
         if outcome.deduplicated:
             m.hints_deduplicated.inc(outcome.deduplicated)
         m.registration("invalidated", outcome.registrations_invalidated, cause="device_revoked")
+        outcome.topics.record(m)
 
     def _sample_lag(self, conn: Conn) -> None:
         with conn.transaction():

@@ -59,7 +59,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from bothy_notify.config import ApnsConfig, ApnsStyle, ConfigError
 from bothy_notify.kernel.clock import Clock
-from bothy_notify.push.port import Outcome, PushMessage, Target
+from bothy_notify.push.port import Message, Outcome, PushMessage, Target, TopicMessage
 from bothy_notify.push.streams import provider_client
 from bothy_notify.push.transport import (
     BACKSTOP_TIMEOUT,
@@ -264,31 +264,38 @@ class ApnsProvider:
     def __repr__(self) -> str:
         return f"ApnsProvider(style={self._style.value!r})"
 
-    def headers(self, message: PushMessage) -> dict[str, str]:
-        """The APNs request headers of ``message`` (without authorization)."""
-        background = self._style is ApnsStyle.BACKGROUND
+    def headers(self, message: Message) -> dict[str, str]:
+        """The APNs request headers of ``message`` (without authorization).
+
+        A topic push is always background (priority 5), whatever ``style`` says,
+        and collapses per topic.
+        """
+        topic_push = isinstance(message, TopicMessage)
+        background = topic_push or self._style is ApnsStyle.BACKGROUND
         out = {
             "apns-topic": self._topic,
             "apns-push-type": "background" if background else "alert",
             "apns-priority": "5" if background else "10",
             "content-type": "application/json",
         }
-        if message.thread_id is not None:
+        if isinstance(message, TopicMessage):
+            out["apns-collapse-id"] = message.collapse_id
+        elif message.thread_id is not None:
             out["apns-collapse-id"] = collapse_id(message.thread_id)
         return out
 
-    def body(self, message: PushMessage) -> bytes:
+    def body(self, message: Message) -> bytes:
         """The APNs JSON body: ``aps`` beside the content-free payload."""
         aps: dict[str, Any]
-        if self._style is ApnsStyle.BACKGROUND:
+        if isinstance(message, TopicMessage) or self._style is ApnsStyle.BACKGROUND:
             aps = {"content-available": 1}
         else:
             aps = {"alert": {"title": self._alert_title}, "mutable-content": 1}
-            if not message.quiet:
+            if isinstance(message, PushMessage) and not message.quiet:
                 aps["sound"] = "default"
         return json.dumps({"aps": aps, **message.payload()}, separators=(",", ":")).encode()
 
-    async def send(self, target: Target, message: PushMessage) -> Outcome:
+    async def send(self, target: Target, message: Message) -> Outcome:
         """Send one push; never raises for an APNs or network problem.
 
         Cancellation abandons the request (the connection stays usable).

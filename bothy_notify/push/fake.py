@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import trio
 
-from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
+from bothy_notify.push.port import Message, Outcome, OutcomeKind, Target, TopicMessage
 
 log = logging.getLogger("bothy.push.fake")
 
@@ -66,7 +66,7 @@ class FakeProvider:
         self._lock = threading.Lock()
         self.changed = trio.Event()
 
-    async def send(self, target: Target, message: PushMessage) -> Outcome:
+    async def send(self, target: Target, message: Message) -> Outcome:
         outcome = outcome_for_token(target.token)
         record = FakeSend(
             target.registration_id, target.token, message.payload(), outcome.kind.value
@@ -88,12 +88,13 @@ class FakeProvider:
             with self._lock, self._record.open("a", encoding="utf-8") as fh:
                 fh.write(line + "\n")
         if self._echo:
-            print(
-                f"[fake push] {outcome.kind.value}: kind={message.kind} count={message.count}"
-                f" quiet={str(message.quiet).lower()}",
-                file=self._stream,
-                flush=True,
-            )
+            if isinstance(message, TopicMessage):
+                said = f"topic push sequence_id={message.sequence_id}"
+            else:
+                said = (
+                    f"kind={message.kind} count={message.count} quiet={str(message.quiet).lower()}"
+                )
+            print(f"[fake push] {outcome.kind.value}: {said}", file=self._stream, flush=True)
         await trio.lowlevel.checkpoint()
         return outcome
 

@@ -54,7 +54,7 @@ from google.oauth2 import service_account
 
 from bothy_notify.config import ConfigError, FcmConfig
 from bothy_notify.kernel.clock import Clock
-from bothy_notify.push.port import Outcome, PushMessage, Target
+from bothy_notify.push.port import Message, Outcome, Target
 from bothy_notify.push.streams import provider_client
 from bothy_notify.push.transport import (
     BACKSTOP_TIMEOUT,
@@ -361,8 +361,9 @@ class FcmProvider:
         return "FcmProvider()"
 
     @staticmethod
-    def message(target: Target, message: PushMessage) -> dict[str, Any]:
-        """The v1 request body: data-only, strings only, HIGH on Android, 5 on Apple."""
+    def message(target: Target, message: Message) -> dict[str, Any]:
+        """The v1 request body: data-only, strings only, HIGH on Android, 5 on Apple;
+        never a collapse key (FCM keeps at most four per device)."""
         return {
             "message": {
                 "token": target.token,
@@ -375,7 +376,7 @@ class FcmProvider:
             }
         }
 
-    async def send(self, target: Target, message: PushMessage) -> Outcome:
+    async def send(self, target: Target, message: Message) -> Outcome:
         """Send one push; never raises for an FCM, token or network problem.
 
         Cancellation abandons the request (and a token fetch in its thread).

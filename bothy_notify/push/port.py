@@ -40,6 +40,7 @@ fake       never                                        ``transient-`` tokens
 
 from __future__ import annotations
 
+import base64
 import enum
 from dataclasses import dataclass
 from datetime import timedelta
@@ -135,6 +136,53 @@ class PushMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicMessage:
+    """The payload of a topic-mode push (docs/topics.md): a topic and a sequence id.
+
+    Content-free by construction: the envelope's data never comes here. Providers
+    send it background-only (APNs priority 5 with ``apns-collapse-id`` = the
+    base64 topic; FCM data-only without a collapse key); a webhook body adds
+    ``recipient_id`` (hex) and nothing else.
+    """
+
+    topic: bytes
+    sequence_id: int
+    recipient_id: bytes
+
+    def payload(self) -> dict[str, Any]:
+        """``{"topic": base64, "sequence_id": "<decimal>"}`` (JavaScript never rounds it)."""
+        return {
+            "topic": base64.b64encode(self.topic).decode("ascii"),
+            "sequence_id": str(self.sequence_id),
+        }
+
+    def string_payload(self) -> dict[str, str]:
+        """The payload with every value a string (it already is)."""
+        return {k: str(v) for k, v in self.payload().items()}
+
+    @property
+    def collapse_id(self) -> str:
+        """APNs collapses a topic's pushes on the device: the base64 topic (at most 44)."""
+        return str(self.payload()["topic"])
+
+    @property
+    def webhook_id(self) -> str:
+        """The Standard Webhooks message id: one per (envelope, recipient), kept on retries."""
+        return f"{self.sequence_id}.{self.recipient_id.hex()[:32]}"
+
+    def webhook_body(self) -> dict[str, Any]:
+        """The webhook body: the payload plus the recipient id in hex."""
+        return {**self.payload(), "recipient_id": self.recipient_id.hex()}
+
+    def __repr__(self) -> str:
+        return f"TopicMessage(sequence_id={self.sequence_id})"
+
+
+Message = PushMessage | TopicMessage
+"""What a provider sends: a hint (person mode) or a topic push (topic mode)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     """Where a push goes: one registration. The repr shows no token, key or ID.
 
@@ -167,7 +215,7 @@ class PushProvider(Protocol):
 
     name: str
 
-    async def send(self, target: Target, message: PushMessage) -> Outcome:
+    async def send(self, target: Target, message: Message) -> Outcome:
         """Send ``message`` to ``target`` and translate the answer into one outcome.
 
         Never raises for a provider or network problem (that is ``transient``);

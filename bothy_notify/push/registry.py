@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import trio
 
-from bothy_notify.push.port import Outcome, PushMessage, PushProvider, Target
+from bothy_notify.push.port import Message, Outcome, PushProvider, Target
 
 SEND_BOUND = timedelta(seconds=30)
 """Longest a whole send may take: two 10 s requests (APNs token refresh) plus margin."""
@@ -45,7 +45,7 @@ class Providers:
         """Sends in flight per provider."""
         return {name: int(lim.borrowed_tokens) for name, lim in self._limiters.items()}
 
-    async def send(self, target: Target, message: PushMessage) -> Outcome:
+    async def send(self, target: Target, message: Message) -> Outcome:
         """Send through the target's provider; an unconfigured provider is ``rejected``.
 
         Waits for a permit of the provider's channel as long as it takes.
@@ -55,7 +55,7 @@ class Providers:
         return outcome
 
     async def try_send(
-        self, target: Target, message: PushMessage, *, permit_wait: float
+        self, target: Target, message: Message, *, permit_wait: float
     ) -> Outcome | None:
         """Like :meth:`send`, but ``None`` when no permit frees within ``permit_wait`` s.
 

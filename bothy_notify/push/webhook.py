@@ -47,7 +47,7 @@ import trio
 from bothy_notify.config import ConfigError, WebhookConfig
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.push.pinned import PinnedBackend
-from bothy_notify.push.port import Outcome, PushMessage, Target
+from bothy_notify.push.port import Message, Outcome, Target, TopicMessage
 from bothy_notify.push.resolver import (
     ResolveError,
     Resolver,
@@ -194,8 +194,11 @@ class WebhookProvider:
             return None
         return ("token", "the host could not be resolved in time")
 
-    def body(self, target: Target, message: PushMessage) -> bytes:
-        """The JSON body: the payload plus ``user_id`` and ``registration_id``."""
+    def body(self, target: Target, message: Message) -> bytes:
+        """The JSON body: the payload plus ``user_id`` and ``registration_id``; a topic
+        push adds ``recipient_id`` (hex) instead."""
+        if isinstance(message, TopicMessage):
+            return json.dumps(message.webhook_body(), separators=(",", ":")).encode()
         payload = {
             **message.payload(),
             "user_id": target.user_id,
@@ -203,7 +206,7 @@ class WebhookProvider:
         }
         return json.dumps(payload, separators=(",", ":")).encode()
 
-    async def send(self, target: Target, message: PushMessage) -> Outcome:
+    async def send(self, target: Target, message: Message) -> Outcome:
         """Resolve, check, connect to the checked address, POST; never raises for a
         receiver or network problem. Cancellation abandons the request."""
         url = _parse(target.token)
@@ -213,13 +216,14 @@ class WebhookProvider:
         if key is None:
             return Outcome.rejected("bad_signing_key")
         body = self.body(target, message)
+        webhook_id = message.webhook_id if isinstance(message, TopicMessage) else message.nid
         timestamp = int(self._clock.now().timestamp())
         headers = [
             (b"content-type", b"application/json"),
             (b"user-agent", b"bothy-notify"),
-            (b"webhook-id", message.nid.encode()),
+            (b"webhook-id", webhook_id.encode()),
             (b"webhook-timestamp", str(timestamp).encode()),
-            (b"webhook-signature", sign(key, message.nid, timestamp, body).encode()),
+            (b"webhook-signature", sign(key, webhook_id, timestamp, body).encode()),
         ]
         with trio.move_on_after(self._bound):
             try:

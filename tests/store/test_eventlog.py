@@ -3,6 +3,7 @@ nothing, and an event that commits late is never skipped."""
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +41,13 @@ VALID: dict[str, dict[str, Any]] = {
         "kind": "social:friend_request",
         "target_id": "robin",
         "idempotency_key": "req-1",
+    },
+    "envelope.published": {
+        "topic": "AAECAwQFBgcICQoLDA0ODxA=",
+        "kind": "application",
+        "should_push": True,
+        "sender_hmac": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+        "data": "c2VhbGVkIGJ5dGVz",
     },
 }
 
@@ -259,3 +267,42 @@ def test_a_value_jsonb_cannot_hold_is_refused_not_crashed(database_url: str) -> 
         with pytest.raises(EventRejected) as error, conn.transaction():
             eventlog.append(conn, [("access.expiring", {"user_id": "a", "target_id": "\x00"})])
         assert error.value.field == "payload"
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+ENVELOPE = VALID["envelope.published"]
+
+
+@pytest.mark.parametrize(
+    ("change", "valid"),
+    [
+        ({"topic": _b64(b"\x01" + bytes(32))}, True),
+        ({"topic": _b64(b"\x02" + bytes(16))}, False),
+        ({"topic": _b64(b"\x00" + bytes(32))}, False),
+        ({"topic": _b64(b"\x01" + bytes(16))}, False),
+        ({"topic": "AAECAwQFBgcICQoLDA0ODxB="}, False),  # not canonical
+        ({"kind": "welcome", "should_push": False}, True),
+        ({"kind": "key_package"}, False),
+        ({"sender_hmac": _b64(bytes(31))}, False),
+        ({"data": ""}, True),
+        ({"data": "AB=="}, False),  # stray bits: not canonical
+        ({"data": _b64(bytes(65_536))}, True),  # 64 KiB
+        ({"data": _b64(bytes(65_539))}, False),
+        ({"data": "c2VhbGVk\nIGJ5dGVz"}, False),
+    ],
+)
+def test_envelope_payloads_are_judged_alike_in_sql_and_python(
+    database_url: str, change: dict[str, Any], valid: bool
+) -> None:
+    payload = {**ENVELOPE, **change}
+    try:
+        EventValidator().check("envelope.published", payload)
+        python_ok = True
+    except EventRejected:
+        python_ok = False
+    with psycopg.connect(database_url) as conn:
+        sql_ok = sql_check(conn, "envelope.published", payload) is None
+    assert python_ok is sql_ok is valid
