@@ -7,8 +7,10 @@ and :attr:`Gateway.publisher` to ``notify.gateway_send``, and calls
 :meth:`Gateway.close_all` with 1001 when it shuts down.
 
 Tasks: one listener (accepting WebSocket connections on
-``ws://{server.gateway_listen}/v1/gateway``), one revocation listener, and per
-connection the library's reader, the session and its writer.
+``ws://{server.gateway_listen}/v1/gateway``), one revocation listener, in a
+cluster (``cluster.mode = "multi"``, a ``node_id`` given) the shared presence
+publisher, and per connection the library's reader, the session and its
+writer.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import trio
 
 from bothy_notify.auth import TokenVerifier
 from bothy_notify.config import Config
+from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceView
@@ -30,6 +33,7 @@ from gateway.protocol import SHUTDOWN, Close
 from gateway.publisher import HubPublisher
 from gateway.revocations import RevocationListener
 from gateway.session import QueueWriter, SessionContext, SessionSettings, serve_session
+from gateway.shared_presence import SharedPresencePublisher
 from gateway.transport import serve_websockets
 
 PATH = "/v1/gateway"
@@ -45,11 +49,15 @@ class Gateway:
         metrics: the registry.
         verifier: verifies identify tokens exactly as the HTTP API does.
         database_url: for the dedicated revocation ``LISTEN`` connection.
+        node_id: this node's id in a cluster: its presence is shared through
+            the database (``None``: a single node, nothing is shared).
+        clock: the injected clock (times of the shared presence rows).
 
     Attributes:
         hub: the connections of this node.
         presence: the presence view over the hub (for the consumer round).
         publisher: the ephemeral publisher over the hub (for ``notify.gateway_send``).
+        shared: the shared presence publisher (a cluster), else ``None``.
     """
 
     def __init__(
@@ -60,6 +68,8 @@ class Gateway:
         metrics: Metrics,
         verifier: TokenVerifier,
         database_url: str,
+        node_id: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         sync = config.sync
         self._listen = config.server.gateway_listen
@@ -68,6 +78,16 @@ class Gateway:
         self.hub = Hub(metrics=metrics, outbound_queue_max=sync.outbound_queue_max)
         self.presence: PresenceView = HubPresence(self.hub)
         self.publisher: EphemeralPublisher = HubPublisher(hub=self.hub, db=db)
+        self.shared: SharedPresencePublisher | None = None
+        if node_id is not None:
+            self.shared = SharedPresencePublisher(
+                hub=self.hub,
+                db=db,
+                node_id=node_id,
+                clock=clock or SystemClock(),
+                metrics=metrics,
+                wait_limit=config.cluster.node_timeout.total_seconds(),
+            )
         self._context = SessionContext(
             hub=self.hub,
             db=db,
@@ -83,6 +103,7 @@ class Gateway:
                 write_timeout=sync.write_timeout.total_seconds(),
                 delivery=metrics.delivery_seconds.labels("gateway"),
             ),
+            presence_published=self.shared.wait_published if self.shared else None,
         )
         self._revocations = RevocationListener(
             database_url=database_url, hub=self.hub, retry_interval=config.notify.poll_interval
@@ -100,6 +121,8 @@ class Gateway:
         """
         async with trio.open_nursery() as nursery:
             await nursery.start(self._revocations.run)
+            if self.shared is not None:
+                await nursery.start(self.shared.run)
             address: str = await nursery.start(
                 partial(
                     serve_websockets,
@@ -121,6 +144,12 @@ class Gateway:
         self.hub.close_all(SHUTDOWN if code == SHUTDOWN.code else Close(code, "closed"))
         await self.hub.wait_empty()
 
+    def presence_lost(self) -> None:
+        """This node's shared presence rows are gone (the registry found its row
+        missing): publish every connection's presence again. No-op on a single node."""
+        if self.shared is not None:
+            self.shared.publish_all()
+
 
 def build_gateway(
     *,
@@ -130,14 +159,21 @@ def build_gateway(
     metrics: Metrics,
     verifier: TokenVerifier,
     database_url: str,
+    node_id: str | None = None,
 ) -> Gateway:
     """The daemon's gateway factory (``bothy_notify.wiring.GatewayFactory``).
 
-    ``clock`` is part of the factory's contract and not needed here: the
-    gateway's timers bound network waits with Trio cancel scopes, and delivery
-    latency is measured against the event's append time on the wall clock.
+    ``clock`` stamps the shared presence rows of a cluster (``node_id`` given);
+    the gateway's own timers bound network waits with Trio cancel scopes, and
+    delivery latency is measured against the event's append time on the wall
+    clock.
     """
-    del clock
     return Gateway(
-        config=config, db=db, metrics=metrics, verifier=verifier, database_url=database_url
+        config=config,
+        db=db,
+        metrics=metrics,
+        verifier=verifier,
+        database_url=database_url,
+        node_id=node_id,
+        clock=clock,
     )
