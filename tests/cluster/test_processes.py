@@ -25,7 +25,6 @@ import trustme
 from tests.cluster.live import (
     DELAY,
     GATEWAY_SEND,
-    NODE_TIMEOUT,
     PUSH_SEND,
     WORLD,
     Cluster,
@@ -181,9 +180,10 @@ async def test_a_killed_node_loses_nothing_and_its_desktop_stops_counting_after_
     ca.cert_pem.write_to_path(str(ca_file))
     hooks = WebhookReceiver(ca=ca, hosts=("127.0.0.1",), stall_paths={"/sam"})
     await nursery.start(hooks.serve)
-    delay = 5.0  # long enough to start the worker before the delayed push is due
+    delay, timeout = 5.0, 4.0  # time to start the worker before anything is due
     extra = {
         "notify": {"mobile_delay_when_desktop_active": f"{delay:g}s"},
+        "cluster": {"node_timeout": f"{timeout:g}s"},
         "push": {
             "webhook": {
                 "allowed_domains": ["127.0.0.1"],
@@ -211,7 +211,7 @@ async def test_a_killed_node_loses_nothing_and_its_desktop_stops_counting_after_
     await desktop.focus(["t2"])  # active, elsewhere: alex's phone waits
 
     await c.append(a, message(1))
-    await until(lambda: _has(desktop, "m1"), "the desktop's hint")
+    await until(partial(_has, desktop, "m1"), "the desktop's hint")
     await until(_true_when(lambda: hooks.stalled == 1), "node A to be stuck sending to sam")
     (delayed,) = await c.jobs(PUSH_SEND, "alex")
     assert delayed["args"]["release_seq"] == 1 and delayed["state"] == "available"
@@ -222,23 +222,39 @@ async def test_a_killed_node_loses_nothing_and_its_desktop_stops_counting_after_
     hooks.stall_paths.clear()
 
     await a.crash()
+    # Decided while A still counts (until cluster.node_timeout): a gateway hint for
+    # A's desktop and a delayed push. A is gone before the hint is sent: it ends as
+    # node_gone, and nothing else changes: the push still goes out after its delay.
+    await c.outbox(message(2))
+    await until(partial(_job_count, c, GATEWAY_SEND, "alex", 2), "m2's gateway hint")
+    gateway_m2 = (await c.jobs(GATEWAY_SEND, "alex"))[1]
+    assert gateway_m2["node_id"] == node_a
+    await until(partial(_state, c, gateway_m2["id"], "completed"), "node_gone", timeout + 10)
+    assert (await c.jobs(GATEWAY_SEND, "alex"))[1]["last_error"] == "node_gone"
+    assert await c.metric(w, "bothy_push_skipped_total", reason="node_gone") == 1
 
-    # The push delayed before the kill is sent (by the worker), once.
-    await until(lambda: _state(c, delayed["id"], "completed"), "the delayed push", delay + 20)
-    assert [p["message_id"] for p in c.pushes("alex-phone-token")] == ["m1"]
-    # A's claimed send runs again on the worker after its lease.
-    await until(lambda: _state(c, claimed["id"], "completed"), "A's claimed job to run again")
-    assert [d.body["message_id"] for d in hooks.deliveries if d.verified] == ["m1"]
+    # The pushes delayed before and after the kill are sent (by the worker), once each.
+    await until(partial(_pushed, c, "alex-phone-token", "m2"), "the delayed pushes", delay + 20)
+    assert sorted(p["message_id"] for p in c.pushes("alex-phone-token")) == ["m1", "m2"]
+    assert [j["args"]["release_seq"] for j in await c.jobs(PUSH_SEND, "alex")] == [1, 2]
+    # A's claimed send ran again on the worker after its lease.
+    await until(partial(_state, c, claimed["id"], "completed"), "A's claimed job to run again")
+    assert sorted(d.body["message_id"] for d in hooks.deliveries if d.verified) == ["m1", "m2"]
     ((attempts,),) = await c.sql("SELECT attempt FROM bothy.jobs WHERE id = %s", (claimed["id"],))
     assert attempts == 2
-    # Once A is past cluster.node_timeout its desktop no longer counts: pushes are immediate.
-    await until(lambda: _without(c, w, node_a), "the worker to take A for gone", NODE_TIMEOUT + 10)
-    await c.outbox(message(2))
-    await until(lambda: _pushed(c, "alex-phone-token", "m2"), "an immediate push for m2")
-    (_, immediate) = await c.jobs(PUSH_SEND, "alex")
+    # A is past cluster.node_timeout: its desktop no longer counts, pushes are immediate.
+    await until(partial(_without, c, w, node_a), "the worker to take A for gone", timeout + 10)
+    await c.outbox(message(3))
+    await until(partial(_pushed, c, "alex-phone-token", "m3"), "an immediate push for m3")
+    immediate = (await c.jobs(PUSH_SEND, "alex"))[2]
     assert immediate["args"]["release_seq"] == 0
     assert immediate["scheduled_at"] == immediate["created_at"]
-    assert len(c.pushes("alex-phone-token")) == 2
+    assert len(c.pushes("alex-phone-token")) == 3
+    assert len(await c.jobs(GATEWAY_SEND, "alex")) == 2
+
+
+async def _job_count(c: Cluster, kind: str, user: str, count: int) -> bool:
+    return len(await c.jobs(kind, user)) >= count
 
 
 def _true_when(check):
