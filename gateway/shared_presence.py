@@ -8,7 +8,7 @@ focus changes or a reconnect storm becomes one write), then, in a worker
 thread, reads the current entries of every noted person through
 :meth:`Hub.presence` (the same copy the local presence view makes, so exactly
 the facts of SPEC section 6) and replaces this node's rows of those people in
-``bothy.presence`` in one transaction. No frame waits for the database and
+``bothy.presence`` with one statement. No frame waits for the database and
 nothing is written per frame.
 
 A session that needs its focus to be in effect on every node awaits
@@ -136,7 +136,8 @@ class SharedPresencePublisher:
             self._people, self._everyone = set(), False
             try:
                 stored = await self._db.run(
-                    partial(self._write, people=None if everyone else people)
+                    partial(self._write, people=None if everyone else people),
+                    transaction=False,  # one statement
                 )
             except StoreError:
                 log.warning("could not publish presence; retrying")
@@ -155,7 +156,7 @@ class SharedPresencePublisher:
             progress.set()
 
     def _write(self, conn: Conn, *, people: Collection[str] | None) -> bool:
-        """One batch, in the caller's transaction (a worker thread). Blocking."""
+        """One batch: one statement (a worker thread). Blocking."""
         started = time.thread_time()
         current = self._hub.presence(self._hub.user_ids() if people is None else people)
         entries: list[tuple[str, PresenceEntry]] = [

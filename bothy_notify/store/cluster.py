@@ -15,11 +15,11 @@ cluster must keep its clock in step (NTP) to well within
 ``cluster.node_timeout``.
 
 Why no row of a gone node survives (the race between a node's presence write
-and another node's sweep): a presence write first takes its node row
-``FOR SHARE``; the sweep deletes node rows first, waiting for such writes to
-commit, and their presence rows in a second statement, which sees what they
-wrote. A write that starts after the node row is gone finds nothing to lock
-and writes nothing.
+and another node's sweep): a presence write takes its node row ``FOR SHARE``
+in the same statement; the sweep deletes node rows first, waiting for such
+writes to commit, and their presence rows in a second statement, which sees
+what they wrote. A write that starts after the node row is gone finds nothing
+to lock and writes nothing.
 """
 
 from __future__ import annotations
@@ -157,6 +157,25 @@ PresenceRows = Sequence[tuple[str, PresenceEntry]]
 """(person, entry) pairs of one node, at most one entry per (person, device)."""
 
 
+_PUBLISH = (
+    "WITH me AS (SELECT node_id FROM bothy.nodes WHERE node_id = %(node)s FOR SHARE),"
+    " fresh AS (SELECT r.u, r.d, r.p, ARRAY(SELECT jsonb_array_elements_text(r.f)) AS f, r.i"
+    "  FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(u text, d text, p text, f jsonb, i boolean)),"
+    " stale AS (DELETE FROM bothy.presence o USING me WHERE o.node_id = me.node_id"
+    "  AND (%(everyone)s OR o.user_id = ANY(%(people)s))"
+    "  AND NOT EXISTS (SELECT 1 FROM fresh WHERE fresh.u = o.user_id AND fresh.d = o.device_id)),"
+    " upsert AS (INSERT INTO bothy.presence"
+    "  (user_id, device_id, node_id, platform, focus, idle, updated_at)"
+    "  SELECT fresh.u, fresh.d, me.node_id, fresh.p, fresh.f, fresh.i, %(now)s FROM fresh, me"
+    "  ON CONFLICT (user_id, device_id, node_id) DO UPDATE SET platform = EXCLUDED.platform,"
+    "  focus = EXCLUDED.focus, idle = EXCLUDED.idle, updated_at = EXCLUDED.updated_at)"
+    " SELECT count(*) FROM me"
+)
+"""One statement (one round trip, no transaction of its own): lock this node's
+registry row, delete its rows of the changed people that are no longer live,
+upsert the live ones. The delete and the upsert touch different rows."""
+
+
 def publish_presence(
     conn: Conn,
     *,
@@ -165,43 +184,30 @@ def publish_presence(
     entries: PresenceRows,
     now: datetime,
 ) -> bool:
-    """Replace this node's presence rows of ``people`` (``None``: of everyone) with
-    ``entries``, in the caller's transaction.
+    """Make this node's presence rows of ``people`` (``None``: of everyone) equal
+    ``entries``. One statement; may run outside a transaction.
 
     Returns ``False`` and writes nothing when this node has no row in
     ``bothy.nodes`` (it was taken for gone): the caller publishes everything
     again once its heartbeat has put the row back.
     """
-    if (
-        conn.execute(
-            "SELECT 1 FROM bothy.nodes WHERE node_id = %s FOR SHARE", (node_id,)
-        ).fetchone()
-        is None
-    ):
-        return False
-    if people is None:
-        conn.execute("DELETE FROM bothy.presence WHERE node_id = %s", (node_id,))
-    elif people:
-        conn.execute(
-            "DELETE FROM bothy.presence WHERE node_id = %s AND user_id = ANY(%s)",
-            (node_id, list(people)),
-        )
-    if entries:
-        # One statement for the whole batch: the rows travel as one JSON array.
-        rows = orjson.dumps(
-            [
-                {"u": user, "d": e.device_id, "p": e.platform, "f": sorted(e.focus), "i": e.idle}
-                for user, e in entries
-            ]
-        ).decode()
-        conn.execute(
-            "INSERT INTO bothy.presence"
-            " (user_id, device_id, node_id, platform, focus, idle, updated_at)"
-            " SELECT r.u, r.d, %s, r.p, ARRAY(SELECT jsonb_array_elements_text(r.f)), r.i, %s"
-            " FROM jsonb_to_recordset(%s::jsonb) AS r(u text, d text, p text, f jsonb, i boolean)",
-            (node_id, now, rows),
-        )
-    return True
+    rows = orjson.dumps(
+        [
+            {"u": user, "d": e.device_id, "p": e.platform, "f": sorted(e.focus), "i": e.idle}
+            for user, e in entries
+        ]
+    ).decode()
+    row = conn.execute(
+        _PUBLISH,
+        {
+            "node": node_id,
+            "rows": rows,
+            "everyone": people is None,
+            "people": list(people or ()),
+            "now": now,
+        },
+    ).fetchone()
+    return bool(row and row[0])
 
 
 __all__ = [
