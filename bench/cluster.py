@@ -32,6 +32,7 @@ Usage: .venv/bin/python bench/cluster.py [--idle N] [--desktops D] [--rate R]
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import multiprocessing
 import os
@@ -187,6 +188,49 @@ def running(nodes: list[Node]) -> Iterator[list[Node]]:
 # -- the client processes --------------------------------------------------------------
 
 
+def _masked_text(payload: bytes) -> bytes:
+    """One masked client text frame (RFC 6455 section 5.2)."""
+    mask = os.urandom(4)
+    length = len(payload)
+    if length < 126:
+        header = bytes([0x81, 0x80 | length])
+    elif length < 65536:
+        header = bytes([0x81, 0x80 | 126]) + length.to_bytes(2, "big")
+    else:
+        header = bytes([0x81, 0x80 | 127]) + length.to_bytes(8, "big")
+    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return header + mask + body
+
+
+async def idle_connection(host: str, port: int, token: str) -> trio.SocketStream:
+    """A connection that identifies, waits for ``catchup.complete`` and then only stays
+    open: a few bytes by hand instead of a WebSocket library's tasks, so one client
+    process holds thousands of them cheaply (the server side is the real thing)."""
+    stream = await trio.open_tcp_stream(host, port)
+    key = base64.b64encode(os.urandom(16))
+    await stream.send_all(
+        b"GET /v1/gateway HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        % (host.encode(), key)
+    )
+    seen = b""
+    while b"\r\n\r\n" not in seen or b'"hello"' not in seen:
+        chunk = await stream.receive_some(4096)
+        if not chunk:
+            raise OSError("closed during the handshake")
+        seen += chunk
+    if not seen.startswith(b"HTTP/1.1 101"):
+        raise OSError("upgrade refused")
+    identify = json.dumps({"op": "identify", "d": {"token": token}}).encode()
+    await stream.send_all(_masked_text(identify))
+    while b"catchup.complete" not in seen:
+        chunk = await stream.receive_some(4096)
+        if not chunk:
+            raise OSError("closed before catchup.complete")
+        seen += chunk
+    return stream
+
+
 def client_process(
     pipe: Connection, address: str, prefix: str, idle: int, desktops: range, total: int
 ) -> None:
@@ -213,7 +257,20 @@ async def _client_main(
         except trio_websocket.ConnectionClosed:
             return
 
-    async def connect(nursery: trio.Nursery, user: str, platform: str, index: int | None) -> None:
+    idle_streams: list[trio.SocketStream] = []
+
+    async def connect_idle(user: str) -> None:
+        nonlocal failures
+        token = mint_token(
+            KEY, {"sub": user, "did": f"{user}-linux", "plat": "linux", "kind": "user"}
+        )
+        async with limiter:
+            try:
+                idle_streams.append(await idle_connection(host, int(port), token))
+            except OSError:
+                failures += 1
+
+    async def connect(nursery: trio.Nursery, user: str, platform: str, index: int) -> None:
         nonlocal failures
         token = mint_token(
             KEY, {"sub": user, "did": f"{user}-{platform}", "plat": platform, "kind": "user"}
@@ -226,17 +283,15 @@ async def _client_main(
                 await ws.send_message(json.dumps({"op": "identify", "d": {"token": token}}))
                 while json.loads(await ws.get_message()).get("op") != "catchup.complete":
                     pass
-                if index is not None:
-                    # Answered once the presence is shared with the cluster.
-                    await ws.send_message(json.dumps({"op": "focus", "d": {"thread_ids": []}}))
-                    while json.loads(await ws.get_message()).get("op") != "focus.ack":
-                        pass
+                # Answered once the presence is shared with the cluster.
+                await ws.send_message(json.dumps({"op": "focus", "d": {"thread_ids": []}}))
+                while json.loads(await ws.get_message()).get("op") != "focus.ack":
+                    pass
             except (OSError, trio_websocket.HandshakeError, trio_websocket.ConnectionClosed):
                 failures += 1
                 return
-        if index is not None:
-            sockets[index] = ws
-            nursery.start_soon(reader, ws)
+        sockets[index] = ws
+        nursery.start_soon(reader, ws)
 
     async def change_focus(rate: float, stop: trio.Event) -> None:
         nonlocal changes
@@ -262,7 +317,7 @@ async def _client_main(
         started = time.monotonic()
         async with trio.open_nursery() as starters:
             for i in range(idle):
-                starters.start_soon(connect, nursery, f"{prefix}idle{i}", "linux", None)
+                starters.start_soon(connect_idle, f"{prefix}idle{i}")
         pipe.send(("idle", idle - failures, time.monotonic() - started))
         await command()
         failures = 0
