@@ -107,6 +107,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         return EXIT_OK
     setup_logging(config.log)
     from bothy_notify import commands
+    from bothy_notify.store.db import StoreError
 
     try:
         if args.command == "run":
@@ -125,7 +126,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     except ConfigError as exc:
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except commands.CommandError as exc:
+    except (commands.CommandError, StoreError) as exc:
+        # StoreError: the database is unreachable or refused (a constant message, no URL).
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_USAGE
@@ -134,6 +136,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
 def _run(config: Config, role: str | None) -> int:
     from dataclasses import replace
 
+    from bothy_notify.store.db import StoreError
     from bothy_notify.wiring import Daemon, NodeAddresses
 
     if role is not None:
@@ -177,16 +180,17 @@ def _run(config: Config, role: str | None) -> int:
     try:
         trio.run(main_task)
     except BaseExceptionGroup as group:
-        # A startup error (a provider's credentials, a missing secret) surfaces from the
-        # nursery wrapped in a group; report it like any other configuration error.
-        config_errors, rest = group.split(ConfigError)
-        if config_errors is None or rest is not None:
+        # A startup error (a provider's credentials, a missing secret, an unreachable
+        # database) surfaces from the nursery wrapped in a group; report it in one line
+        # like the same error of any other command.
+        reported, rest = group.split((ConfigError, StoreError))
+        if reported is None or rest is not None:
             raise
-        raise _first_leaf(config_errors) from None
+        raise _first_leaf(reported) from None
     return EXIT_OK
 
 
-def _first_leaf(group: BaseExceptionGroup[ConfigError]) -> ConfigError:
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
     first = group.exceptions[0]
     return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 

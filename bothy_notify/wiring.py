@@ -41,7 +41,6 @@ from bothy_notify.cluster import NodeRegistry
 from bothy_notify.config import (
     ClusterMode,
     Config,
-    ConfigError,
     Role,
     resolve_store_secrets,
     store_secret_names,
@@ -65,7 +64,7 @@ from bothy_notify.push.port import PushProvider
 from bothy_notify.push.registry import Providers
 from bothy_notify.runner import JobHandler, JobRunner
 from bothy_notify.store import secrets as secret_store
-from bothy_notify.store.db import Database, StoreError, connect_dedicated
+from bothy_notify.store.db import Database, StoreError, StoreUnavailable, connect_dedicated
 from bothy_notify.store.embedded import EmbeddedPostgres
 from bothy_notify.store.events import EventValidator
 from bothy_notify.store.migrate import migrate
@@ -263,7 +262,7 @@ class Daemon:
             if not self.spec.registry:
                 raise
             # A cluster node without its database would serve devices nobody else sees.
-            raise ConfigError(
+            raise StoreUnavailable(
                 'cluster.mode = "multi": the database (database.url) cannot be reached;'
                 " a node of a cluster does not start without it"
             ) from exc

@@ -15,11 +15,11 @@ import pytest
 import trio
 
 from bothy_notify.cli import main
-from bothy_notify.config import ClusterMode, ConfigError, Role
+from bothy_notify.config import ClusterMode, Role
 from bothy_notify.kernel.clock import FakeClock, to_unix_micros
 from bothy_notify.notify.jobs.args import GatewaySendArgs
 from bothy_notify.store import jobs as queue
-from bothy_notify.store.db import Database
+from bothy_notify.store.db import Database, StoreUnavailable
 from bothy_notify.store.jobs import JobSpec
 from bothy_notify.wiring import Daemon, RoleSpec, role_spec
 from gateway.service import build_gateway
@@ -242,7 +242,7 @@ async def test_readyz_of_a_cluster_node_shows_the_live_nodes_it_sees(
 async def test_a_cluster_node_refuses_to_start_without_its_database() -> None:
     daemon = Daemon(cluster_config("worker"), database_url="postgresql://127.0.0.1:1/none")
 
-    with pytest.raises(ConfigError, match=r'cluster.mode = "multi": the database'):
+    with pytest.raises(StoreUnavailable, match=r'cluster.mode = "multi": the database'):
         await daemon.run()
 
 
@@ -257,7 +257,7 @@ def test_the_cli_says_why_a_cluster_node_does_not_start(
 
     code = main(["run", "--config", str(config)])
 
-    assert code == 2
+    assert code == 1
     err = capsys.readouterr().err
     assert 'cluster.mode = "multi": the database (database.url) cannot be reached' in err
     assert "127.0.0.1:1" not in err
