@@ -112,7 +112,9 @@ class NodeRegistry:
         """
         now = self._clock.now()
         since = now - self._timeout
-        joined, swept, nodes = await self._db.run(lambda c: self._beat(c, now, since))
+        joined, swept, nodes = await self._db.run(
+            lambda c: self._beat(c, now, since), transaction=False
+        )
         first = self._beats == 0
         self._beats += 1
         self._last_ok = time.monotonic()
@@ -134,6 +136,9 @@ class NodeRegistry:
     def _beat(
         self, conn: Conn, now: datetime, since: datetime
     ) -> tuple[bool, SweepResult, list[NodeRow]]:
+        # The heartbeat commits on its own first: a transaction that held this node's
+        # row while it swept other nodes' rows could deadlock with another node doing
+        # the same after both were late (each taking the other for gone).
         joined = cluster.heartbeat(
             conn,
             node_id=self.node_id,
@@ -143,8 +148,10 @@ class NodeRegistry:
             started_at=self._started_at,
             now=now,
         )
-        swept = cluster.sweep(conn, since=since, now=now)
-        return joined, swept, cluster.live_nodes(conn, since=since)
+        with conn.transaction():
+            swept = cluster.sweep(conn, since=since, now=now)
+            nodes = cluster.live_nodes(conn, since=since)
+        return joined, swept, nodes
 
     def _count(self, result: SweepResult) -> None:
         for kind, n in result.jobs_gone.items():

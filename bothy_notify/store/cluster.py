@@ -79,6 +79,10 @@ def heartbeat(
 ) -> bool:
     """Write this node's heartbeat; returns whether its row had to be inserted.
 
+    One statement: run it on its own (autocommit), never inside a transaction
+    that goes on to :func:`sweep` (two late nodes sweeping each other could
+    deadlock).
+
     ``True`` at the first beat, and whenever the row was missing (another node
     took this one for gone and removed it, or the database lost its unlogged
     tables in a crash): the node's presence rows are gone too then, and its

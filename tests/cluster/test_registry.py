@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import trio
+
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceEntry
@@ -197,3 +199,21 @@ async def test_a_registry_that_never_beat_is_not_healthy_and_leaves_nothing(
 
     assert not node.healthy()
     assert await sql(db, "SELECT count(*) FROM bothy.nodes") == [(0,)]
+
+
+async def test_two_late_nodes_beating_at_once_both_stay_in_the_registry(
+    db: Database, clock: FakeClock
+) -> None:
+    first, second = registry(db, clock, "api"), registry(db, clock, "worker")
+    await first.beat()
+    await second.beat()
+
+    for _ in range(5):
+        clock.advance(TIMEOUT * 2)  # each takes the other for gone
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first.beat)
+            nursery.start_soon(second.beat)
+    await first.beat()
+    await second.beat()
+
+    assert {n.node_id for n in second.nodes} == {first.node_id, second.node_id}
