@@ -86,6 +86,7 @@ class SharedPresencePublisher:
         self._wake.set()
         self._version = 0
         self._written = 0
+        self._batches = 0
         self._progress = trio.Event()
         hub.watch_presence(self.changed)
 
@@ -105,8 +106,14 @@ class SharedPresencePublisher:
         self._wake.set()
 
     def statistics(self) -> dict[str, int]:
-        """Changes noted and changes written so far (tests, benchmarks)."""
-        return {"changes": self._version, "written": self._written, "pending": len(self._people)}
+        """Changes noted, changes written, people waiting, and batches tried (whether
+        they could write or not) so far (tests, benchmarks)."""
+        return {
+            "changes": self._version,
+            "written": self._written,
+            "pending": len(self._people),
+            "batches": self._batches,
+        }
 
     async def wait_published(self) -> None:
         """Return once every change noted before this call is written.
@@ -140,12 +147,14 @@ class SharedPresencePublisher:
                     transaction=False,  # one statement
                 )
             except StoreError:
+                self._batches += 1
                 log.warning("could not publish presence; retrying")
                 self._people |= people
                 self._everyone |= everyone
                 self._wake.set()
                 await trio.sleep(RETRY_AFTER)
                 continue
+            self._batches += 1
             if not stored:
                 # Not in the registry right now: the registry's next heartbeat puts
                 # the row back and asks for everything (publish_all).
