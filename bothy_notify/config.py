@@ -185,6 +185,10 @@ class ServerConfig:
         default=_d("10s"), metadata=_meta("time for in-flight work at shutdown", min=0, max=600)
     )
     dev: bool = field(default=False, metadata=_meta("development mode: dev-token, fake printing"))
+    heartbeat: timedelta = field(
+        default=_d("2s"),
+        metadata=_meta("node heartbeat interval (cluster.mode multi)", min=0.05, max=60),
+    )
     max_body_bytes: int = field(
         default=1_048_576, metadata=_meta("largest HTTP request body (413 above)", min=1024)
     )
@@ -204,6 +208,10 @@ class ServerConfig:
 @dataclass(frozen=True)
 class ClusterConfig:
     mode: ClusterMode = field(default=ClusterMode.SINGLE, metadata=_meta("single or multi"))
+    node_timeout: timedelta = field(
+        default=_d("10s"),
+        metadata=_meta("a node without a heartbeat this long is gone", min=0.1, max=600),
+    )
 
 
 @dataclass(frozen=True)
@@ -598,6 +606,9 @@ def _check(config: Config) -> list[str]:
     for name in config.notify.categories:
         if name in BUILTIN_CATEGORIES or not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", name):
             errors.append(f"notify.categories: {name!r} is built in or not a lowercase name")
+    if config.cluster.node_timeout < 2 * config.server.heartbeat:
+        # One late heartbeat must not make a node look gone.
+        errors.append("cluster.node_timeout: must be at least twice server.heartbeat")
     for address_key in ("api_listen", "gateway_listen"):
         if parse_listen(getattr(config.server, address_key)) is None:
             errors.append(f"server.{address_key}: expected host:port")

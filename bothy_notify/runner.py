@@ -161,6 +161,8 @@ class JobRunner:
         config: ``jobs.*``.
         poll_interval: fallback poll when no notification arrives.
         metrics: the registry.
+        node_id: this node's id in a cluster (``cluster.mode = "multi"``): jobs
+            targeted at other nodes are not claimed. ``None`` on a single node.
     """
 
     def __init__(
@@ -173,8 +175,10 @@ class JobRunner:
         config: JobsConfig,
         poll_interval: timedelta,
         metrics: Metrics,
+        node_id: str | None = None,
     ) -> None:
         self._db = db
+        self._node_id = node_id
         self._url = database_url
         self._clock = clock
         self._handlers: Mapping[str, JobHandler] = {h.kind: h for h in handlers}
@@ -266,6 +270,7 @@ class JobRunner:
                         limit=limit,
                         lease=self._config.lease,
                         kinds=kinds,
+                        node_id=self._node_id,
                     ),
                     transaction=False,  # the claim is one statement; the peek a read
                 )

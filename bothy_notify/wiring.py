@@ -1,16 +1,26 @@
 """Roles -> the nursery tree of one node.
 
-The role table (also in ``docs/architecture.md``) says which parts run and
-which implementation each port gets; nothing else in the code asks for the
-role:
+:data:`ROLE_TABLE` states the two facts of each role: whether it serves
+devices (the gateway and the full HTTP API) and whether it decides (the
+consumer round, the job runner, housekeeping). :func:`role_spec` derives the
+rest from them and ``cluster.mode``; nothing else in the code asks for the
+role or the mode (the table is also in ``docs/architecture.md``):
 
-========  ======================  ==================  ============  ===============  ===========
-role      HTTP API                round + job runner  presence      live routes      publisher
-========  ======================  ==================  ============  ===============  ===========
-all       full + gateway          yes                 the hub's     real (jobs)      the hub
-worker    operator endpoints      yes                 nobody        fail-closed      none
-api       full + gateway          no                  -             -                -
-========  ======================  ==================  ============  ===============  ===========
+=======  ======  =================  =============  =========  ==========  =========  =========
+role     mode    HTTP API           round + jobs   presence   live rts    publisher  registry
+=======  ======  =================  =============  =========  ==========  =========  =========
+all      single  full + gateway     yes            the hub's  real        the hub    no
+worker   single  operator only      yes            nobody     fail-closed none       no
+api      single  full + gateway     no             -          -           -          no
+all      multi   full + gateway     yes            shared     real        the hub    yes
+worker   multi   operator only      yes            shared     real        none       yes
+api      multi   full + gateway     gateway hints  -          -           the hub    yes
+=======  ======  =================  =============  =========  ==========  =========  =========
+
+"shared": the union of every live node's presence, read from the database
+with the round's other facts; gateway nodes of a cluster publish theirs. "gateway
+hints": an ``api`` node of a cluster runs the ``notify.gateway_send`` jobs
+targeted at it (its own connections), nothing else.
 """
 
 from __future__ import annotations
@@ -20,20 +30,29 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import Literal, Protocol, TextIO
+from typing import Any, Literal, Protocol, TextIO
 
 import trio
 
 from bothy_notify.api.app import build_app, serve_api
 from bothy_notify.api.context import ApiContext
 from bothy_notify.auth import TokenVerifier
-from bothy_notify.config import Config, Role, resolve_store_secrets, store_secret_names
+from bothy_notify.cluster import NodeRegistry
+from bothy_notify.config import (
+    ClusterMode,
+    Config,
+    Role,
+    resolve_store_secrets,
+    store_secret_names,
+)
 from bothy_notify.housekeeping import Housekeeper
 from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
+from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import NoPresence, PresenceView
 from bothy_notify.notify.catalogue import Catalogue
+from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.jobs.flush import FlushHandler
 from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler
 from bothy_notify.notify.jobs.push_send import PushSendHandler
@@ -46,7 +65,7 @@ from bothy_notify.push.port import PushProvider
 from bothy_notify.push.registry import Providers
 from bothy_notify.runner import JobHandler, JobRunner
 from bothy_notify.store import secrets as secret_store
-from bothy_notify.store.db import Database, connect_dedicated
+from bothy_notify.store.db import Database, StoreError, StoreUnavailable, connect_dedicated
 from bothy_notify.store.embedded import EmbeddedPostgres
 from bothy_notify.store.events import EventValidator
 from bothy_notify.store.migrate import migrate
@@ -56,22 +75,79 @@ log = logging.getLogger("bothy.wiring")
 
 
 @dataclass(frozen=True, slots=True)
+class RoleFacts:
+    """The two facts a role states; :func:`role_spec` derives everything else.
+
+    Attributes:
+        serves_devices: runs the gateway and the full HTTP API.
+        decides: runs the consumer round, the job runner and housekeeping.
+    """
+
+    serves_devices: bool
+    decides: bool
+
+
+ROLE_TABLE: Mapping[Role, RoleFacts] = {
+    Role.ALL: RoleFacts(serves_devices=True, decides=True),
+    Role.WORKER: RoleFacts(serves_devices=False, decides=True),
+    Role.API: RoleFacts(serves_devices=True, decides=False),
+}
+
+
+@dataclass(frozen=True, slots=True)
 class RoleSpec:
-    """What one role runs and which implementation each port gets."""
+    """What one node runs and which implementation each port gets.
+
+    Attributes:
+        http: the full API, or the operator endpoints only.
+        gateway: runs the WebSocket gateway.
+        round_and_runner: runs the consumer round, the job runner and housekeeping.
+        presence: where decisions take presence from: this node's hub, the
+            cluster's shared table, or nobody (``None``: it decides nothing).
+        live_routes: gateway and delayed routes become jobs, or are refused.
+        publisher: who publishes ``notify.gateway_send`` on this node.
+        gateway_jobs: runs only the ``notify.gateway_send`` jobs targeted at it.
+        registry: registers in ``bothy.nodes`` with heartbeats (a cluster).
+        shares_presence: publishes its connections' presence (a cluster).
+    """
 
     http: Literal["full", "operator"]
     gateway: bool
     round_and_runner: bool
-    presence: Literal["hub", "nobody"] | None
+    presence: Literal["hub", "shared", "nobody"] | None
     live_routes: Literal["jobs", "fail_closed"] | None
     publisher: Literal["hub"] | None
+    gateway_jobs: bool = False
+    registry: bool = False
+    shares_presence: bool = False
 
 
-ROLE_TABLE: Mapping[Role, RoleSpec] = {
-    Role.ALL: RoleSpec("full", True, True, "hub", "jobs", "hub"),
-    Role.WORKER: RoleSpec("operator", False, True, "nobody", "fail_closed", None),
-    Role.API: RoleSpec("full", True, False, None, None, None),
-}
+def role_spec(role: Role, mode: ClusterMode) -> RoleSpec:
+    """Derive a node's wiring from its role's facts and ``cluster.mode``.
+
+    A single node's decisions see its own gateway (or nobody); a cluster's see
+    every live node's shared presence, so every deciding node routes desktops
+    for real, and every gateway node publishes and runs its own gateway hints.
+    """
+    facts = ROLE_TABLE[role]
+    multi = mode is ClusterMode.MULTI
+    presence: Literal["hub", "shared", "nobody"] | None = None
+    if facts.decides:
+        presence = "shared" if multi else "hub" if facts.serves_devices else "nobody"
+    live_routes: Literal["jobs", "fail_closed"] | None = None
+    if facts.decides:
+        live_routes = "fail_closed" if presence == "nobody" else "jobs"
+    return RoleSpec(
+        http="full" if facts.serves_devices else "operator",
+        gateway=facts.serves_devices,
+        round_and_runner=facts.decides,
+        presence=presence,
+        live_routes=live_routes,
+        publisher="hub" if facts.serves_devices and (facts.decides or multi) else None,
+        gateway_jobs=multi and facts.serves_devices and not facts.decides,
+        registry=multi,
+        shares_presence=multi and facts.serves_devices,
+    )
 
 
 class GatewayService(Protocol):
@@ -83,6 +159,10 @@ class GatewayService(Protocol):
     async def run(self, *, task_status: trio.TaskStatus[str] = ...) -> None: ...
 
     async def close_all(self, code: int) -> None: ...
+
+    def presence_lost(self) -> None:
+        """The node's shared presence rows are gone: publish them all again."""
+        ...
 
 
 GatewayFactory = Callable[..., GatewayService]
@@ -128,7 +208,9 @@ class Daemon:
         gateway_factory: GatewayFactory | None = None,
     ) -> None:
         self.config = config
-        self.spec = ROLE_TABLE[config.server.role]
+        self.spec = role_spec(config.server.role, config.cluster.mode)
+        self.node_id = new_id()
+        """This process's id in a cluster (a new UUIDv7 at every start)."""
         self.clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
         self.live_catalogue = LiveCatalogue(config.notify, metrics=self.metrics)
@@ -144,6 +226,7 @@ class Daemon:
         self.runner: JobRunner | None = None
         self.gateway: GatewayService | None = None
         self.housekeeper: Housekeeper | None = None
+        self.registry: NodeRegistry | None = None
         self._round_running = False
 
     def __repr__(self) -> str:
@@ -182,7 +265,16 @@ class Daemon:
                     await trio.to_thread.run_sync(embedded.stop)
 
     async def _serve(self, url: str, task_status: trio.TaskStatus[NodeAddresses]) -> None:
-        config = await trio.to_thread.run_sync(_prepare_database, url, self.config)
+        try:
+            config = await trio.to_thread.run_sync(_prepare_database, url, self.config)
+        except StoreError as exc:
+            if not self.spec.registry:
+                raise
+            # A cluster node without its database would serve devices nobody else sees.
+            raise StoreUnavailable(
+                'cluster.mode = "multi": the database (database.url) cannot be reached;'
+                " a node of a cluster does not start without it"
+            ) from exc
         self.config = config
         db = self.db = Database(url, pool_size=config.database.pool_size)
         await db.open()
@@ -198,7 +290,17 @@ class Daemon:
         api_shutdown = trio.Event()
         try:
             async with trio.open_nursery() as nursery:
-                presence: PresenceView = NoPresence()
+                if spec.registry:
+                    # Joined before anything serves: a gateway publishes presence at once.
+                    self.registry = NodeRegistry(
+                        db=db,
+                        clock=self.clock,
+                        config=config,
+                        metrics=self.metrics,
+                        node_id=self.node_id,
+                    )
+                    await nursery.start(self.registry.run)
+                presence: PresenceSource = NoPresence()
                 publisher: EphemeralPublisher | None = None
                 gateway_address: str | None = None
                 if spec.gateway and self._gateway_factory is not None:
@@ -209,16 +311,21 @@ class Daemon:
                         metrics=self.metrics,
                         verifier=TokenVerifier(config.auth),
                         database_url=url,
+                        node_id=self.node_id if spec.shares_presence else None,
                     )
+                    if self.registry is not None:
+                        self.registry.on_rejoin = self.gateway.presence_lost
                     gateway_address = await nursery.start(self.gateway.run)
                     if spec.presence == "hub":
                         presence = self.gateway.presence
                     if spec.publisher == "hub":
                         publisher = self.gateway.publisher
+                if spec.presence == "shared":
+                    presence = SharedPresence(config.cluster.node_timeout)
                 if spec.round_and_runner:
                     live: LiveRoutes = (
                         JobLiveRoutes(push_max_attempts=config.push.max_attempts)
-                        if spec.live_routes == "jobs" and publisher is not None
+                        if spec.live_routes == "jobs" and not isinstance(presence, NoPresence)
                         else FailClosedRoutes()
                     )
                     if isinstance(live, FailClosedRoutes):
@@ -227,6 +334,8 @@ class Daemon:
                             extra={"role": config.server.role.value},
                         )
                     await self._start_jobs(nursery, db, url, providers, presence, live, publisher)
+                elif spec.gateway_jobs and publisher is not None:
+                    await self._start_gateway_jobs(nursery, db, url, publisher)
                 app = build_app(
                     self._api_context(db, providers),
                     operator_only=spec.http == "operator",
@@ -240,7 +349,11 @@ class Daemon:
                         header_timeout=config.server.header_timeout.total_seconds(),
                     )
                 )
-                log.info("node started", extra={"role": config.server.role.value})
+                log.info(
+                    "node started",
+                    extra={"role": config.server.role.value, "mode": config.cluster.mode.value}
+                    | ({"node_id": self.node_id} if spec.registry else {}),
+                )
                 task_status.started(NodeAddresses(api_address, gateway_address))
                 await self._shutdown.wait()
                 await self._drain(config.server.drain_period)
@@ -258,7 +371,7 @@ class Daemon:
         db: Database,
         url: str,
         providers: Providers,
-        presence: PresenceView,
+        presence: PresenceSource,
         live: LiveRoutes,
         publisher: EphemeralPublisher | None,
     ) -> None:
@@ -310,6 +423,7 @@ class Daemon:
             config=config.jobs,
             poll_interval=config.notify.poll_interval,
             metrics=metrics,
+            node_id=self.node_id if self.spec.registry else None,
         )
         await nursery.start(self.runner.run)
         self.round = ConsumerRound(
@@ -324,6 +438,32 @@ class Daemon:
             catalogue=catalogue,
         )
         await nursery.start(self._run_round, self.round)
+
+    async def _start_gateway_jobs(
+        self, nursery: trio.Nursery, db: Database, url: str, publisher: EphemeralPublisher
+    ) -> None:
+        """An ``api`` node of a cluster runs the gateway hints targeted at it."""
+        config, catalogue = self.config, self.live_catalogue
+        self.runner = JobRunner(
+            db=db,
+            database_url=url,
+            clock=self.clock,
+            handlers=[
+                GatewaySendHandler(
+                    db=db,
+                    clock=self.clock,
+                    config=config.push,
+                    metrics=self.metrics,
+                    publisher=publisher,
+                    catalogue_version=lambda: catalogue.current().version,
+                )
+            ],
+            config=config.jobs,
+            poll_interval=config.notify.poll_interval,
+            metrics=self.metrics,
+            node_id=self.node_id,
+        )
+        await nursery.start(self.runner.run)
 
     async def _run_round(
         self, round_: ConsumerRound, *, task_status: trio.TaskStatus[None]
@@ -351,8 +491,14 @@ class Daemon:
             checks: dict[str, bool] = {}
             if self.spec.round_and_runner:
                 checks["round"] = self._round_running
+            if self.spec.round_and_runner or self.spec.gateway_jobs:
                 checks["runner"] = bool(self.runner and self.runner.running)
+            if self.registry is not None:
+                checks["cluster"] = self.registry.healthy()
             return checks
+
+        def cluster() -> Mapping[str, Any] | None:
+            return self.registry.status() if self.registry is not None else None
 
         return ApiContext(
             db=db,
@@ -363,6 +509,7 @@ class Daemon:
             validator=EventValidator(),
             provider_names=providers.names,
             readiness=readiness,
+            cluster=cluster,
             catalogue=self.live_catalogue,
             registration_check=registration_check(providers),
         )
@@ -381,4 +528,4 @@ def _prepare_database(url: str, config: Config) -> Config:
         conn.close()
 
 
-__all__ = ["ROLE_TABLE", "Daemon", "NodeAddresses", "RoleSpec"]
+__all__ = ["ROLE_TABLE", "Daemon", "NodeAddresses", "RoleFacts", "RoleSpec", "role_spec"]

@@ -15,6 +15,11 @@ the presence read (:meth:`Hub.presence`), which copies under the same lock,
 may run in the consumer round's worker thread and never waits on a
 connection.
 
+In a cluster (``cluster.mode = "multi"``) the hub tells a watcher (the
+shared presence publisher, :mod:`gateway.shared_presence`) whose presence may
+have changed: a connection changed phase, focus or idle, or ended. The watcher
+is called in the Trio thread, under the hub's lock, and only notes the person.
+
 Each connection has a bounded outbound queue (``sync.outbound_queue_max``,
 see :mod:`gateway.connection`); ephemeral frames that do not fit are dropped
 and counted here (``bothy_gateway_dropped_total{reason="queue_full"}``).
@@ -29,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,11 +101,24 @@ class Hub:
             for reason in (DROP_QUEUE_FULL, DROP_NOT_ADMITTED)
         }
         self._changed = trio.Event()
+        self._watcher: Callable[[str], None] | None = None
         self.accepting = True
         """``False`` once :meth:`close_all` ran: new connections close at once."""
 
     def __repr__(self) -> str:
         return f"Hub(connections={len(self._all)})"
+
+    def watch_presence(self, watcher: Callable[[str], None]) -> None:
+        """Call ``watcher(user_id)`` whenever that person's presence may have changed.
+
+        It runs in the Trio thread under the hub's lock: it must only take note
+        (no hub call, no waiting). One watcher per hub.
+        """
+        self._watcher = watcher
+
+    def _touch(self, conn: Connection) -> None:
+        if self._watcher is not None and conn.user_id:
+            self._watcher(conn.user_id)
 
     # -- life of a connection ---------------------------------------------------------
 
@@ -165,6 +183,7 @@ class Hub:
         """Store the accepted focus (readable threads only) and the idle flag."""
         with self._lock:
             conn.focus, conn.idle = focus, idle
+            self._touch(conn)
 
     def close(self, conn: Connection, close: Close) -> None:
         """Decide to close ``conn`` with ``close``: phase ``closing``, out of the
@@ -191,6 +210,7 @@ class Hub:
             self._unindex(conn)
             self._all.pop(conn.serial, None)
             phase = conn.phase
+            self._touch(conn)
         self._gauges[phase].dec()
         if conn.close is None:
             self._closed.labels("peer" if peer_code is not None else "abnormal").inc()
@@ -214,6 +234,7 @@ class Hub:
         self._gauges[conn.phase].dec()
         conn.phase = phase
         self._gauges[phase].inc()
+        self._touch(conn)
 
     # -- reads -------------------------------------------------------------------------
 

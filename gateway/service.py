@@ -8,8 +8,10 @@ and :attr:`Gateway.publisher` to ``notify.gateway_send``, and calls
 
 Tasks: one listener (accepting WebSocket connections on
 ``ws://{server.gateway_listen}/v1/gateway``), one revocation listener (revoked
-devices and deactivated people), one expiry watch (tokens past ``exp``), and
-per connection the library's reader, the session and its writer.
+devices and deactivated people), one expiry watch (tokens past ``exp``), in a
+cluster (``cluster.mode = "multi"``, a ``node_id`` given) the shared presence
+publisher, and per connection the library's reader, the session and its
+writer.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from gateway.protocol import SHUTDOWN, Close, CloseCode
 from gateway.publisher import HubPublisher
 from gateway.revocations import RevocationListener
 from gateway.session import QueueWriter, SessionContext, SessionSettings, serve_session
+from gateway.shared_presence import SharedPresencePublisher
 from gateway.transport import serve_websockets
 
 PATH = "/v1/gateway"
@@ -49,12 +52,16 @@ class Gateway:
         metrics: the registry.
         verifier: verifies identify tokens exactly as the HTTP API does.
         database_url: for the dedicated revocation ``LISTEN`` connection.
-        clock: the injected clock; tokens expire on it.
+        node_id: this node's id in a cluster: its presence is shared through
+            the database (``None``: a single node, nothing is shared).
+        clock: the injected clock; tokens expire on it, and it stamps the shared
+            presence rows of a cluster.
 
     Attributes:
         hub: the connections of this node.
         presence: the presence view over the hub (for the consumer round).
         publisher: the ephemeral publisher over the hub (for ``notify.gateway_send``).
+        shared: the shared presence publisher (a cluster), else ``None``.
     """
 
     def __init__(
@@ -65,6 +72,7 @@ class Gateway:
         metrics: Metrics,
         verifier: TokenVerifier,
         database_url: str,
+        node_id: str | None = None,
         clock: Clock | None = None,
     ) -> None:
         sync = config.sync
@@ -85,6 +93,16 @@ class Gateway:
         )
         self.presence: PresenceView = HubPresence(self.hub)
         self.publisher: EphemeralPublisher = HubPublisher(hub=self.hub, db=db)
+        self.shared: SharedPresencePublisher | None = None
+        if node_id is not None:
+            self.shared = SharedPresencePublisher(
+                hub=self.hub,
+                db=db,
+                node_id=node_id,
+                clock=clock or SystemClock(),
+                metrics=metrics,
+                wait_limit=config.cluster.node_timeout.total_seconds(),
+            )
         self._context = SessionContext(
             hub=self.hub,
             db=db,
@@ -101,6 +119,7 @@ class Gateway:
                 delivery=metrics.delivery_seconds.labels("gateway"),
             ),
             expiry=self._expiry,
+            presence_published=self.shared.wait_published if self.shared else None,
         )
         self._revocations = RevocationListener(
             database_url=database_url, hub=self.hub, retry_interval=config.notify.poll_interval
@@ -119,6 +138,8 @@ class Gateway:
         async with trio.open_nursery() as nursery:
             await nursery.start(self._revocations.run)
             await nursery.start(self._expiry.run)
+            if self.shared is not None:
+                await nursery.start(self.shared.run)
             address: str = await nursery.start(
                 partial(
                     serve_websockets,
@@ -142,6 +163,12 @@ class Gateway:
         self.hub.close_all(SHUTDOWN if code == SHUTDOWN.code else Close(code, "closed"))
         await self.hub.wait_empty()
 
+    def presence_lost(self) -> None:
+        """This node's shared presence rows are gone (the registry found its row
+        missing): publish every connection's presence again. No-op on a single node."""
+        if self.shared is not None:
+            self.shared.publish_all()
+
 
 def build_gateway(
     *,
@@ -151,10 +178,12 @@ def build_gateway(
     metrics: Metrics,
     verifier: TokenVerifier,
     database_url: str,
+    node_id: str | None = None,
 ) -> Gateway:
     """The daemon's gateway factory (``bothy_notify.wiring.GatewayFactory``).
 
-    ``clock`` times token expiry. The gateway's other timers bound network
+    ``clock`` times token expiry and stamps the shared presence rows of a
+    cluster (``node_id`` given); the gateway's other timers bound network
     waits with Trio cancel scopes, and delivery latency is measured against
     the event's append time on the wall clock.
     """
@@ -164,5 +193,6 @@ def build_gateway(
         metrics=metrics,
         verifier=verifier,
         database_url=database_url,
+        node_id=node_id,
         clock=clock,
     )

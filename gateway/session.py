@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -150,7 +151,12 @@ class QueueWriter:
 
 @dataclass(frozen=True, slots=True)
 class SessionContext:
-    """What every session of one gateway shares."""
+    """What every session of one gateway shares.
+
+    ``presence_published`` (a cluster only) returns once this node's presence
+    changes so far are shared with the other nodes; ``focus.ack`` waits for it,
+    so a focus is in effect on every node when the client hears it was taken.
+    """
 
     hub: Hub
     db: Database
@@ -158,6 +164,7 @@ class SessionContext:
     settings: SessionSettings
     writer: QueueWriter
     expiry: ExpiryWatch
+    presence_published: Callable[[], Awaitable[None]] | None = None
 
 
 async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: SessionContext) -> None:
@@ -268,6 +275,8 @@ async def _focus(op: Focus, conn: Connection, ctx: SessionContext) -> None:
             partial(queries.readable_threads, user_id=conn.user_id, thread_ids=op.thread_ids)
         )
     ctx.hub.set_focus(conn, frozenset(kept), op.idle)
+    if ctx.presence_published is not None:
+        await ctx.presence_published()
     await conn.put(focus_ack_frame(kept))
 
 

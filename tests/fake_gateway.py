@@ -29,6 +29,9 @@ class FakeGateway:
     async def close_all(self, code: int) -> None:
         await trio.lowlevel.checkpoint()
 
+    def presence_lost(self) -> None:
+        """Nothing to publish again: this stand-in shares no presence."""
+
     def live(self, user: str, device: str, platform: str = "macos", *, idle: bool = False) -> None:
         """Make ``device`` of ``user`` live (no focus)."""
         self.presence.set(user, PresenceEntry(device, platform, frozenset(), idle))

@@ -250,6 +250,11 @@ def test_a_database_url_is_kept() -> None:
             "push.apns.bundle_id: required key is missing",
         ),
         ('[database]\nurl = "secret:db"', "database.url: secret: cannot be used here"),
+        (
+            '[server]\nheartbeat = "2s"\n[cluster]\nnode_timeout = "3s"',
+            "cluster.node_timeout: must be at least twice server.heartbeat",
+        ),
+        ('[cluster]\nnode_timeout = "20m"', "cluster.node_timeout: must be at most 10m"),
         ("server = 3", "server: "),
         ("not toml at all [", "not valid TOML"),
     ],

@@ -28,7 +28,8 @@ from bothy_notify.store.events import EventValidator
 class ApiContext:
     """Collaborators of the HTTP API.
 
-    ``readiness`` answers which parts of this node are running (``/readyz``).
+    ``readiness`` answers which parts of this node are running (``/readyz``);
+    ``cluster`` what this node sees of its cluster (``None`` on a single node).
     ``registration_check`` validates a registration for its provider
     (returns the bad field and problem, or ``None``). ``catalogue`` is the
     source of the kind catalogue served by ``GET /v1/catalogue`` (refreshed
@@ -43,6 +44,7 @@ class ApiContext:
     validator: EventValidator
     provider_names: frozenset[str]
     readiness: Callable[[], Mapping[str, bool]] = field(default=lambda: {})
+    cluster: Callable[[], Mapping[str, Any] | None] = field(default=lambda: None)
     registration_check: Callable[..., Awaitable[tuple[str, str] | None]] | None = None
     catalogue: CatalogueSource = field(default_factory=FixedCatalogue)
     extras: dict[str, Any] = field(default_factory=dict)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -17,9 +19,11 @@ async def readyz(ctx: ApiContext, request: Request) -> JSONResponse:
     checks = {"database": await ctx.db.ping()}
     checks.update(ctx.readiness())
     ready = all(checks.values())
-    return JSONResponse(
-        {"status": "ready" if ready else "not_ready", "checks": checks}, 200 if ready else 503
-    )
+    body: dict[str, Any] = {"status": "ready" if ready else "not_ready", "checks": checks}
+    cluster = ctx.cluster()
+    if cluster is not None:
+        body["cluster"] = cluster
+    return JSONResponse(body, 200 if ready else 503)
 
 
 async def metrics(ctx: ApiContext, request: Request) -> Response:

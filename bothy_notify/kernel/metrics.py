@@ -28,6 +28,8 @@ SKIP_REASONS = (
     "active_in_thread",
     "no_registration",
     "expired",
+    "node_gone",
+    "no_connection",
 )
 """Why a hint or a send stopped; the values of ``bothy_push_skipped_total{reason}``."""
 
@@ -107,6 +109,11 @@ class Metrics:
         self.consumer_holder = Gauge(
             "bothy_consumer_holder", "1 on the node holding the consumer round.", registry=r
         )
+        self.consumer_lock_attempts = Counter(
+            "bothy_consumer_lock_attempts",
+            "Tries of this node to take the consumer round's lock (taken or not).",
+            registry=r,
+        )
         self.consumer_lag_events = Gauge(
             "bothy_consumer_lag_events", "Events appended but not yet consumed.", registry=r
         )
@@ -140,6 +147,32 @@ class Metrics:
         )
         for action in REGISTRATION_ACTIONS:
             self.registrations.labels(action)
+        self.cluster_nodes = Gauge(
+            "bothy_cluster_nodes",
+            "Live nodes this node sees in the registry, by role (cluster.mode multi).",
+            ["role"],
+            registry=r,
+        )
+        self.cluster_heartbeat_failures = Counter(
+            "bothy_cluster_heartbeat_failures",
+            "Heartbeats of this node that could not be written.",
+            registry=r,
+        )
+        self.presence_writes = Counter(
+            "bothy_cluster_presence_writes",
+            "Batches of presence facts this node wrote to the database.",
+            registry=r,
+        )
+        self.presence_rows = Counter(
+            "bothy_cluster_presence_rows",
+            "Presence entries this node wrote (one per live device of a changed person).",
+            registry=r,
+        )
+        self.presence_cpu_seconds = Counter(
+            "bothy_cluster_presence_cpu_seconds",
+            "CPU time the presence publisher used (snapshot, encoding and write).",
+            registry=r,
+        )
         self.registrations_invalidated = Counter(
             "bothy_registrations_invalidated",
             "Push registrations invalidated, by cause (dead, strikes, device_revoked,"

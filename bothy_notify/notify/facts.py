@@ -3,18 +3,50 @@
 Each function takes a set of keys and answers with one query, so a round
 decides a whole batch of events with a handful of statements however many
 recipients they have.
+
+With ``cluster.mode = "multi"`` presence is one of these facts too
+(:class:`SharedPresence`): the union of the presence every live node published
+to ``bothy.presence``, read in the same pipeline as the rest of a group.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from bothy_notify.config import Level
+from bothy_notify.kernel.presence import PresenceEntry, PresenceView
 from bothy_notify.notify.domain.model import Device, Window
 from bothy_notify.store.db import Conn
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPresence:
+    """Presence as the cluster's gateway nodes published it (``cluster.mode = "multi"``).
+
+    Not read through the :class:`PresenceView` port but inside the group read
+    (:func:`load_group`): one more statement in the same pipeline, so a group's
+    presence and its other facts come from one round trip. Only rows of live
+    nodes count (heartbeat at or after ``now - cluster.node_timeout``): a gone
+    node's connections stop counting at once, before anyone removes its rows.
+
+    Attributes:
+        node_timeout: ``cluster.node_timeout``.
+    """
+
+    node_timeout: timedelta
+
+    def since(self, now: datetime) -> datetime:
+        """The oldest heartbeat of a node that is still live at ``now``."""
+        return now - self.node_timeout
+
+
+PresenceSource = PresenceView | SharedPresence
+"""Where a decision takes presence from: this process's view (the hub's, or
+nobody's), or the cluster's shared table."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +116,14 @@ _WINDOWS = (
     " JOIN unnest(%s::text[], %s::text[]) AS k(user_id, thread_id)"
     " ON w.user_id = k.user_id AND w.thread_id = k.thread_id"
 )
+# Rows of live nodes only; a device live on two nodes at once (it moved, and the
+# old connection has not timed out yet) counts once: the row written last wins.
+_PRESENCE = (
+    "SELECT p.user_id, p.device_id, p.platform, p.focus, p.idle, p.node_id::text"
+    " FROM bothy.presence p JOIN bothy.nodes n ON n.node_id = p.node_id"
+    " WHERE p.user_id = ANY(%s) AND n.seen_at >= %s"
+    " ORDER BY p.updated_at, p.node_id"
+)
 _LEVELS = {level.value: level for level in Level}
 
 Rows = list[tuple[Any, ...]]
@@ -123,6 +163,21 @@ def _windows(rows: Rows) -> dict[tuple[str, str], Window]:
     return {(r[0], r[1]): Window(*r[2:]) for r in rows}
 
 
+def _presence(
+    rows: Rows,
+) -> tuple[dict[str, tuple[PresenceEntry, ...]], dict[str, dict[str, str]]]:
+    latest: dict[tuple[str, str], tuple[PresenceEntry, str]] = {}
+    for user_id, device_id, platform, focus, idle, node_id in rows:
+        entry = PresenceEntry(device_id, platform, frozenset(focus), idle)
+        latest[(user_id, device_id)] = (entry, node_id)
+    per_user: dict[str, list[PresenceEntry]] = defaultdict(list)
+    holders: dict[str, dict[str, str]] = defaultdict(dict)
+    for (user_id, device_id), (entry, node_id) in latest.items():
+        per_user[user_id].append(entry)
+        holders[user_id][device_id] = node_id
+    return {u: tuple(es) for u, es in per_user.items()}, dict(holders)
+
+
 def threads(conn: Conn, thread_ids: Collection[str]) -> dict[str, ThreadInfo]:
     if not thread_ids:
         return {}
@@ -160,6 +215,9 @@ class GroupFacts:
         people: user -> kind, active, categories switched off.
         devices: user -> active devices with active registrations.
         windows: (user, thread) -> stored coalescing window.
+        presence: user -> the live entries of the shared presence (read only
+            with ``presence_since``; empty otherwise).
+        holders: user -> device -> the node holding that live connection.
     """
 
     infos: dict[str, ThreadInfo]
@@ -169,6 +227,8 @@ class GroupFacts:
     people: dict[str, Person]
     devices: dict[str, tuple[Device, ...]]
     windows: dict[tuple[str, str], Window]
+    presence: dict[str, tuple[PresenceEntry, ...]] = field(default_factory=dict)
+    holders: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def load_group(
@@ -178,11 +238,14 @@ def load_group(
     pairs: Collection[tuple[str, str]],
     follows: dict[str, dict[str, Level]] | None,
     with_windows: bool,
+    presence_since: datetime | None = None,
 ) -> GroupFacts:
     """Read a group's facts with every query in one pipeline (one round trip).
 
     ``pairs`` are the (recipient, thread) pairs of hints with a thread;
-    ``follows`` may be passed when the caller read them already.
+    ``follows`` may be passed when the caller read them already. With
+    ``presence_since`` the shared presence of nodes live since then is read
+    too (:class:`SharedPresence`).
     """
     user_list = list(users)
     thread_list = sorted({t for _u, t in pairs})
@@ -200,6 +263,12 @@ def load_group(
         c_windows = (
             conn.execute(_WINDOWS, (pair_users, pair_threads)) if pairs and with_windows else None
         )
+        c_presence = (
+            conn.execute(_PRESENCE, (user_list, presence_since))
+            if presence_since is not None
+            else None
+        )
+    presence, holders = _presence(c_presence.fetchall()) if c_presence else ({}, {})
     return GroupFacts(
         infos=_threads(c_threads.fetchall()) if c_threads else {},
         follows=follows
@@ -210,6 +279,8 @@ def load_group(
         people=_people(c_people.fetchall()),
         devices=_devices(c_devices.fetchall()),
         windows=_windows(c_windows.fetchall()) if c_windows else {},
+        presence=presence,
+        holders=holders,
     )
 
 

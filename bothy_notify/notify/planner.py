@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from bothy_notify.config import BUILTIN_CATEGORIES, Config, Level
 from bothy_notify.kernel.clock import to_unix_micros
-from bothy_notify.kernel.presence import PresenceEntry, PresenceView
+from bothy_notify.kernel.presence import PresenceEntry
 from bothy_notify.notify import facts
 from bothy_notify.notify.catalogue import CatalogueSource
 from bothy_notify.notify.domain import (
@@ -38,6 +38,7 @@ from bothy_notify.notify.domain import (
     Window,
     decide,
 )
+from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.hints import (
     HintRequest,
     admin_hint,
@@ -88,6 +89,9 @@ class Decider:
 
     ``mv`` is the kind catalogue's version at this decision; it is fixed on every
     hint decided here that does not carry one already.
+    ``presence`` is this process's presence view, or :class:`SharedPresence`
+    (a cluster): then presence is read with the group's other facts, and gateway
+    jobs are targeted at the nodes holding the connections.
     """
 
     def __init__(
@@ -96,7 +100,7 @@ class Decider:
         *,
         now: datetime,
         config: Config,
-        presence: PresenceView,
+        presence: PresenceSource,
         live: LiveRoutes,
         outcome: RoundOutcome,
         writer: JobWriter,
@@ -129,17 +133,25 @@ class Decider:
         if not users:
             return
         pairs = {(u, h.thread_id) for h, rs, _a in items if h.thread_id for u in rs}
+        shared = self.presence if isinstance(self.presence, SharedPresence) else None
         group = facts.load_group(
             self.conn,
             users=users,
             pairs=pairs,
             follows=follows,
             with_windows=windows_on and self.policy.coalesce_window.total_seconds() > 0,
+            presence_since=shared.since(self.now) if shared is not None else None,
         )
         infos, readable, reads = group.infos, group.readable, group.reads
         people, devices, windows = group.people, group.devices, group.windows
         follows = group.follows
-        presence = self.presence.entries(users)
+        holders: dict[str, dict[str, str]] | None = None
+        presence: Mapping[str, tuple[PresenceEntry, ...]]
+        if shared is not None:
+            presence, holders = group.presence, group.holders
+        else:
+            assert not isinstance(self.presence, SharedPresence)
+            presence = self.presence.entries(users)
         changed: dict[tuple[str, str], Window] = {}
         default_level = self.config.notify.default_level
         no_presence: tuple[PresenceEntry, ...] = ()
@@ -181,7 +193,8 @@ class Decider:
                     decision = decide(
                         hint, recipient, self.policy, window=windows.get(key), now=self.now
                     )
-                    self._apply(hint, decision, appended_at, key, windows, changed)
+                    where = holders.get(user) if holders is not None else None
+                    self._apply(hint, decision, appended_at, key, windows, changed, where)
         facts.save_windows(self.conn, ((u, t, w) for (u, t), w in changed.items()))
 
     def _apply(
@@ -192,6 +205,7 @@ class Decider:
         key: tuple[str, str],
         windows: dict[tuple[str, str], Window],
         changed: dict[tuple[str, str], Window],
+        holders: dict[str, str] | None,
     ) -> None:
         out = self.outcome
         if isinstance(decision, Skip):
@@ -208,6 +222,7 @@ class Decider:
                 now=self.now,
                 appended_at=appended_at,
                 push_max_attempts=self.config.push.max_attempts,
+                holders=holders,
             )
             out.jobs += len(specs)
             self.writer.extend(specs)
@@ -245,7 +260,7 @@ class RoundPlanner:
         *,
         now: datetime,
         config: Config,
-        presence: PresenceView,
+        presence: PresenceSource,
         live: LiveRoutes,
         catalogue: CatalogueSource | None = None,
     ) -> None:

@@ -26,8 +26,8 @@ import trio
 from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
-from bothy_notify.kernel.presence import PresenceView
 from bothy_notify.notify.catalogue import CatalogueSource
+from bothy_notify.notify.facts import PresenceSource
 from bothy_notify.notify.planner import RoundOutcome, RoundPlanner
 from bothy_notify.notify.routes import LiveRoutes
 from bothy_notify.store import events as eventlog
@@ -54,7 +54,8 @@ class ConsumerRound:
         database_url: URL for the dedicated connection.
         config: the configuration (``notify.*``, ``push.max_attempts``).
         clock: the injected clock; the round's ``now`` for windows and schedules.
-        presence: who is connected (``NoPresence`` in role ``worker``).
+        presence: who is connected (``NoPresence`` in role ``worker`` of a single
+            node; :class:`~bothy_notify.notify.facts.SharedPresence` in a cluster).
         live: how gateway and delayed routes become jobs.
         metrics: the metrics registry.
         before_commit: test seam, called inside the transaction just before commit.
@@ -71,7 +72,7 @@ class ConsumerRound:
         database_url: str,
         config: Config,
         clock: Clock,
-        presence: PresenceView,
+        presence: PresenceSource,
         live: LiveRoutes,
         metrics: Metrics,
         before_commit: Callable[[RoundOutcome], None] | None = None,
@@ -130,6 +131,7 @@ class ConsumerRound:
 
     async def _try_lock(self, conn: Conn) -> bool:
         self.lock_attempts += 1
+        self._metrics.consumer_lock_attempts.inc()
         held: bool = await self._thread(_try_lock, conn)
         return held
 

@@ -6,21 +6,24 @@ Immediate push routes always become ``notify.push_send`` jobs. Gateway and
 delayed routes go through the :class:`LiveRoutes` port, whose implementation
 depends on the role (``docs/architecture.md``, role table):
 
-- :class:`JobLiveRoutes` (role ``all``): one unique ``notify.gateway_send`` per
-  (hint, recipient); one ``notify.push_send`` per registration of a delayed
-  route, scheduled at the end of the delay with ``release_seq`` = the message's
+- :class:`JobLiveRoutes` (role ``all``, and every deciding node of a
+  ``cluster.mode = "multi"`` cluster): one unique ``notify.gateway_send`` per
+  (hint, recipient), and in a cluster one per (hint, recipient, node holding
+  a live connection of the recipient), targeted at that node so that only it
+  runs the job; one ``notify.push_send`` per registration of a delayed route,
+  scheduled at the end of the delay with ``release_seq`` = the message's
   thread sequence.
 - Every job of a hint carries the hint's ``mv`` (the catalogue version fixed
   when it was decided), so all its copies show the same version.
-- :class:`FailClosedRoutes` (role ``worker``): without presence the decision
-  never yields such routes; if one arrives anyway it is dropped and logged
-  rather than sent to the wrong place.
+- :class:`FailClosedRoutes` (role ``worker`` of a single-mode setup): without
+  presence the decision never yields such routes; if one arrives anyway it is
+  dropped and logged rather than sent to the wrong place.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -39,9 +42,20 @@ class LiveRoutes(Protocol):
     """Turns gateway and delayed routes into jobs (inside the caller's transaction)."""
 
     def gateway(
-        self, hint: Hint, delivery: Delivery, *, now: datetime, appended_at: datetime
+        self,
+        hint: Hint,
+        delivery: Delivery,
+        *,
+        now: datetime,
+        appended_at: datetime,
+        nodes: Collection[str] = (),
     ) -> Sequence[JobSpec]:
-        """The job(s) for the gateway routes of ``delivery`` (one per hint and recipient)."""
+        """The job(s) for the gateway routes of ``delivery``.
+
+        ``nodes`` are the nodes holding the routed live connections (a cluster):
+        one job per node, each run only there. Empty (a single node): one job
+        for whichever node runs it.
+        """
         ...
 
     def delayed(
@@ -103,7 +117,13 @@ class JobLiveRoutes:
         self._push_max_attempts = push_max_attempts
 
     def gateway(
-        self, hint: Hint, delivery: Delivery, *, now: datetime, appended_at: datetime
+        self,
+        hint: Hint,
+        delivery: Delivery,
+        *,
+        now: datetime,
+        appended_at: datetime,
+        nodes: Collection[str] = (),
     ) -> Sequence[JobSpec]:
         args = GatewaySendArgs(
             nid=hint.nid,
@@ -118,14 +138,20 @@ class JobLiveRoutes:
             target_id=hint.target_id,
             mv=hint.mv,
         )
+        key = f"gw:{hint.nid}:{delivery.user_id}"
+        if not nodes:
+            return [JobSpec(GATEWAY_SEND, args.to_args(), now, GATEWAY_SEND_MAX_ATTEMPTS, key)]
+        as_args = args.to_args()
         return [
             JobSpec(
                 GATEWAY_SEND,
-                args.to_args(),
+                as_args,
                 now,
                 GATEWAY_SEND_MAX_ATTEMPTS,
-                unique_key=f"gw:{hint.nid}:{delivery.user_id}",
+                unique_key=f"{key}:{node}",
+                node_id=node,
             )
+            for node in sorted(nodes)
         ]
 
     def delayed(
@@ -164,7 +190,13 @@ class FailClosedRoutes:
         return ()
 
     def gateway(
-        self, hint: Hint, delivery: Delivery, *, now: datetime, appended_at: datetime
+        self,
+        hint: Hint,
+        delivery: Delivery,
+        *,
+        now: datetime,
+        appended_at: datetime,
+        nodes: Collection[str] = (),
     ) -> Sequence[JobSpec]:
         return self._drop()
 
@@ -191,8 +223,13 @@ def jobs_for(
     now: datetime,
     appended_at: datetime,
     push_max_attempts: int,
+    holders: Mapping[str, str] | None = None,
 ) -> list[JobSpec]:
-    """Every job of one delivery: immediate pushes here, the rest through ``live``."""
+    """Every job of one delivery: immediate pushes here, the rest through ``live``.
+
+    ``holders`` maps each of the recipient's live devices to the node holding
+    its connection (a cluster's shared presence); ``None`` on a single node.
+    """
     specs: list[JobSpec] = []
     gateway_done = False
     for route in delivery.routes:
@@ -211,7 +248,16 @@ def jobs_for(
         elif route.via is Via.GATEWAY:
             if not gateway_done:
                 gateway_done = True
-                specs.extend(live.gateway(hint, delivery, now=now, appended_at=appended_at))
+                nodes: Collection[str] = ()
+                if holders:
+                    nodes = {
+                        holders[r.device_id]
+                        for r in delivery.routes
+                        if r.via is Via.GATEWAY and r.device_id in holders
+                    }
+                specs.extend(
+                    live.gateway(hint, delivery, now=now, appended_at=appended_at, nodes=nodes)
+                )
         else:
             specs.extend(live.delayed(hint, delivery, route, now=now, appended_at=appended_at))
     return specs

@@ -37,6 +37,8 @@ class JobSpec:
         scheduled_at: not run before this time.
         max_attempts: attempts before the job fails.
         unique_key: when set, a second job with the same key is not inserted.
+        node_id: when set, only that node runs the job (``cluster.mode =
+            "multi"``: a gateway hint goes to the node holding the connections).
     """
 
     kind: str
@@ -44,6 +46,7 @@ class JobSpec:
     scheduled_at: datetime
     max_attempts: int
     unique_key: str | None = None
+    node_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +121,7 @@ class JobWriter:
 
     def add(self, spec: JobSpec) -> None:
         self.added += 1
-        if spec.unique_key is not None:
+        if spec.unique_key is not None or spec.node_id is not None:
             self._keyed.append(spec)
             return
         when = self._times.get(spec.scheduled_at)
@@ -171,10 +174,10 @@ class JobWriter:
             keyed, self._keyed = self._keyed, []
             row = self._conn.execute(
                 "WITH ins AS (INSERT INTO bothy.jobs"
-                " (kind, args, scheduled_at, max_attempts, created_at, unique_key)"
-                " SELECT k, a::jsonb, s, m, %s, u"
-                " FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::int[], %s::text[])"
-                " AS t(k, a, s, m, u)"
+                " (kind, args, scheduled_at, max_attempts, created_at, unique_key, node_id)"
+                " SELECT k, a::jsonb, s, m, %s, u, n"
+                " FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::int[], %s::text[],"
+                "  %s::uuid[]) AS t(k, a, s, m, u, n)"
                 " ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING RETURNING 1)"
                 " SELECT count(*) FROM ins",
                 (
@@ -184,6 +187,7 @@ class JobWriter:
                     [s.scheduled_at for s in keyed],
                     [s.max_attempts for s in keyed],
                     [s.unique_key for s in keyed],
+                    [s.node_id for s in keyed],
                 ),
             ).fetchone()
             inserted += int(row[0]) if row else 0
@@ -199,17 +203,35 @@ def insert(conn: Conn, specs: Sequence[JobSpec], now: datetime) -> int:
     return writer.finish()
 
 
+_FOR_NODE = " AND (node_id IS NULL OR node_id = %s)"
+"""The claim filter of a node of a cluster: jobs for any node, and its own."""
+
+
 def claim(
-    conn: Conn, now: datetime, limit: int, lease: timedelta, kinds: Sequence[str]
+    conn: Conn,
+    now: datetime,
+    limit: int,
+    lease: timedelta,
+    kinds: Sequence[str],
+    node_id: str | None = None,
 ) -> list[Job]:
-    """Claim up to ``limit`` due jobs of ``kinds``: state running, attempt + 1, a lease."""
+    """Claim up to ``limit`` due jobs of ``kinds``: state running, attempt + 1, a lease.
+
+    With ``node_id`` (``cluster.mode = "multi"``) jobs targeted at other nodes
+    are left alone; without it (a single node) every job is this node's.
+    """
+    mine = _FOR_NODE if node_id is not None else ""
+    params: tuple[object, ...] = (now + lease, now, list(kinds))
+    if node_id is not None:
+        params += (node_id,)
     rows = conn.execute(
         "UPDATE bothy.jobs j SET state = 'running', attempt = j.attempt + 1, lease_until = %s"
         " FROM (SELECT id FROM bothy.jobs WHERE state = 'available' AND scheduled_at <= %s"
-        "       AND kind = ANY(%s) ORDER BY scheduled_at, id LIMIT %s FOR UPDATE SKIP LOCKED) c"
+        f"       AND kind = ANY(%s){mine} ORDER BY scheduled_at, id LIMIT %s"
+        "       FOR UPDATE SKIP LOCKED) c"
         " WHERE j.id = c.id"
         " RETURNING j.id, j.kind, j.args, j.attempt, j.max_attempts, j.scheduled_at, j.created_at",
-        (now + lease, now, list(kinds), limit),
+        (*params, limit),
     ).fetchall()
     jobs = [Job(*r) for r in rows]
     jobs.sort(key=lambda j: (j.scheduled_at, j.id))
@@ -217,19 +239,29 @@ def claim(
 
 
 def claim_and_peek(
-    conn: Conn, now: datetime, limit: int, lease: timedelta, kinds: Sequence[str]
+    conn: Conn,
+    now: datetime,
+    limit: int,
+    lease: timedelta,
+    kinds: Sequence[str],
+    node_id: str | None = None,
 ) -> tuple[list[Job], datetime | None]:
     """:func:`claim`, and when it found fewer than ``limit`` jobs, :func:`next_due` too
     (one worker-thread hop instead of two)."""
-    jobs = claim(conn, now=now, limit=limit, lease=lease, kinds=kinds)
-    return jobs, next_due(conn, kinds) if len(jobs) < limit else None
+    jobs = claim(conn, now=now, limit=limit, lease=lease, kinds=kinds, node_id=node_id)
+    return jobs, next_due(conn, kinds, node_id) if len(jobs) < limit else None
 
 
-def next_due(conn: Conn, kinds: Sequence[str]) -> datetime | None:
-    """When the next available job of ``kinds`` is scheduled, if any."""
+def next_due(conn: Conn, kinds: Sequence[str], node_id: str | None = None) -> datetime | None:
+    """When the next available job of ``kinds`` this node may claim is scheduled, if any."""
+    mine = _FOR_NODE if node_id is not None else ""
+    params: tuple[object, ...] = (list(kinds),)
+    if node_id is not None:
+        params += (node_id,)
     row = conn.execute(
-        "SELECT min(scheduled_at) FROM bothy.jobs WHERE state = 'available' AND kind = ANY(%s)",
-        (list(kinds),),
+        "SELECT min(scheduled_at) FROM bothy.jobs WHERE state = 'available'"
+        f" AND kind = ANY(%s){mine}",
+        params,
     ).fetchone()
     return row[0] if row else None
 

@@ -26,6 +26,8 @@ class SkipReason(enum.StrEnum):
     ACTIVE_IN_THREAD = "active_in_thread"
     NO_REGISTRATION = "no_registration"
     EXPIRED = "expired"
+    NODE_GONE = "node_gone"
+    NO_CONNECTION = "no_connection"
 
 
 class Via(enum.StrEnum):

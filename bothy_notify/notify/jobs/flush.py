@@ -23,10 +23,10 @@ from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock, from_unix_micros
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Metrics
-from bothy_notify.kernel.presence import PresenceView
 from bothy_notify.notify import facts
 from bothy_notify.notify.catalogue import CatalogueSource
 from bothy_notify.notify.domain import Window, flush_hint
+from bothy_notify.notify.facts import PresenceSource
 from bothy_notify.notify.jobs.args import FLUSH, FlushArgs
 from bothy_notify.notify.planner import Decider, RoundOutcome
 from bothy_notify.notify.routes import LiveRoutes
@@ -51,7 +51,7 @@ class FlushHandler:
         db: Database,
         clock: Clock,
         config: Config,
-        presence: PresenceView,
+        presence: PresenceSource,
         live: LiveRoutes,
         metrics: Metrics,
         catalogue: CatalogueSource | None = None,

@@ -7,6 +7,14 @@ Step 2, outside any transaction: with no publisher in this process skip
 ``no_registration`` (and warn once); else publish once with audience = the
 recipient. At least once: the client replaces hints by thread id. ``mv`` is
 the catalogue version the job carries, fixed when the hint was decided.
+
+The result says what the publish reached: ``published`` when the event was
+queued to at least one connection, ``skipped_no_connection`` (counted as the
+skip ``no_connection``) when it reached none, because the connection ended
+meanwhile, admission refused it, or its queue was full. In a cluster the job
+runs on the node holding the recipient's connections (``JobSpec.node_id``); if
+that node is gone first, the node registry ends it as ``node_gone``
+(:mod:`bothy_notify.cluster`).
 """
 
 from __future__ import annotations
@@ -85,8 +93,11 @@ class GatewaySendHandler:
                 await report(job, Done("skipped_no_registration"))
                 continue
             event = self._event(args, verdict, self._clock.now())
-            await self._publisher.publish(event)
-            await report(job, Done("published"))
+            if await self._publisher.publish(event):
+                await report(job, Done("published"))
+            else:
+                self._metrics.skip(SkipReason.NO_CONNECTION.value)
+                await report(job, Done("skipped_no_connection"))
 
     def _check(
         self, conn: Conn, parsed: dict[int, GatewaySendArgs], now: datetime
