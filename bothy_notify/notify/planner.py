@@ -8,15 +8,20 @@ decided, so each decision sees the facts of its place in the log.
 
 Nothing here sends anything: decisions become job specs, inserted with the
 cursor in the same transaction.
+
+When something raises, :attr:`RoundPlanner.in_progress` says which events of
+the batch were being applied or decided (one barrier event, or a group of
+messages), so the round can set the culprit aside without trying every event.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from bothy_notify.config import BUILTIN_CATEGORIES, Config, Level
 from bothy_notify.kernel.clock import to_unix_micros
@@ -53,6 +58,20 @@ log = logging.getLogger("bothy.notify.round")
 
 FLUSH_MAX_ATTEMPTS = 5
 """A flush only reads and inserts jobs; five tries ride out a database hiccup."""
+
+
+class UnknownEventType(KeyError):
+    """The event's type has no projection in this version of the daemon (a newer
+    node's migration added it). The round dead-letters such an event; a replay
+    after an upgrade applies it."""
+
+
+def projection_of(event_type: str) -> Callable[[Conn, Mapping[str, Any]], object]:
+    """The projection of ``event_type``; raises :class:`UnknownEventType`."""
+    try:
+        return PROJECTIONS[event_type]
+    except KeyError:
+        raise UnknownEventType("an event type this version does not know") from None
 
 
 @dataclass
@@ -241,15 +260,23 @@ class RoundPlanner:
         )
         self.config = config
         self._messages: list[Event] = []
+        self._messages_from = 0
+        self.in_progress: tuple[int, int] | None = None
+        """``[start, end)`` indices into the batch being applied or decided right now;
+        after :meth:`feed` returns, ``None``."""
 
     def feed(self, events: Sequence[Event]) -> None:
-        for event in events:
+        for index, event in enumerate(events):
             if event.type == "message.created":
+                if not self._messages:
+                    self._messages_from = index
                 self._messages.append(event)
             else:
                 self._decide_messages()
+                self.in_progress = (index, index + 1)
                 self._apply(event)
         self._decide_messages()
+        self.in_progress = None
 
     def _apply(self, event: Event) -> None:
         p = event.payload
@@ -259,7 +286,7 @@ class RoundPlanner:
             if p["state"] == "pending" and before != "pending":
                 request = security_hint(p)
         else:
-            PROJECTIONS[event.type](self.conn, p)
+            projection_of(event.type)(self.conn, p)
             if event.type == "access.expiring":
                 request = admin_hint(p)
             elif event.type == "hint.requested":
@@ -304,6 +331,7 @@ class RoundPlanner:
         if not self._messages:
             return
         events, self._messages = self._messages, []
+        self.in_progress = (self._messages_from, self._messages_from + len(events))
         record_messages(
             self.conn, [(e.payload["thread_id"], int(e.payload["thread_seq"])) for e in events]
         )
