@@ -180,6 +180,12 @@ class ServerConfig:
     max_batch_events: int = field(
         default=1000, metadata=_meta("most events in one POST /v1/events (413 above)", min=1)
     )
+    idempotency_window: timedelta = field(
+        default=_d("24h"),
+        metadata=_meta(
+            "how long POST /v1/events remembers an Idempotency-Key", min=60, max=30 * 86_400
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -199,7 +205,16 @@ class DatabaseConfig:
         default="data/postgres", metadata=_meta("data directory of the embedded server")
     )
     pool_size: int = field(
-        default=10, metadata=_meta("connections in the pool (and worker threads)", min=2, max=500)
+        default=10,
+        metadata=_meta(
+            "connections (and worker threads) of the HTTP API and gateway", min=2, max=500
+        ),
+    )
+    jobs_pool_size: int = field(
+        default=10,
+        metadata=_meta(
+            "connections (and worker threads) of the job runner and housekeeping", min=2, max=500
+        ),
     )
 
 

@@ -167,6 +167,9 @@ def retry_or_fail(
     return Retry(after, error, effect)
 
 
+_RECONNECT_MAX = 5.0
+"""Longest wait (seconds) between reconnections of the ``LISTEN`` connection."""
+
 _COMPLETE_BATCH = 500
 """Most results recorded in one transaction."""
 _RECORD_LINGER = 0.05
@@ -479,6 +482,7 @@ class JobRunner:
     async def _listen_loop(self, *, task_status: trio.TaskStatus[None]) -> None:
         started = False
         limiter = trio.CapacityLimiter(1)
+        retry = self._poll
         while True:
             conn: Conn | None = None
             try:
@@ -489,6 +493,7 @@ class JobRunner:
                 if not started:
                     started = True
                     task_status.started()
+                retry = self._poll
                 while True:
                     if await trio.to_thread.run_sync(
                         translated(_wait_notify), conn, 0.25, limiter=limiter
@@ -498,7 +503,9 @@ class JobRunner:
                 if not started:
                     started = True
                     task_status.started()
-                await trio.sleep(self._poll)
+                # The claim loop polls meanwhile, so nothing waits on this reconnection.
+                await trio.sleep(retry)
+                retry = min(max(self._poll, _RECONNECT_MAX), retry * 2)
             finally:
                 if conn is not None:
                     with trio.CancelScope(shield=True):

@@ -13,6 +13,7 @@ connection the library's reader, the session and its writer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -23,6 +24,7 @@ from bothy_notify.config import Config
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceView
+from bothy_notify.kernel.supervise import Supervised
 from bothy_notify.store.db import Database
 from gateway.hub import Hub
 from gateway.presence import HubPresence
@@ -87,6 +89,10 @@ class Gateway:
         self._revocations = RevocationListener(
             database_url=database_url, hub=self.hub, retry_interval=config.notify.poll_interval
         )
+        # Restarted with backoff should it ever fail, without taking the gateway down.
+        self._revocations_service = Supervised(
+            "revocations", self._revocations.run, metrics=metrics
+        )
 
     def __repr__(self) -> str:
         return f"Gateway({self.hub!r})"
@@ -99,7 +105,7 @@ class Gateway:
         :meth:`close_all` first for a graceful close).
         """
         async with trio.open_nursery() as nursery:
-            await nursery.start(self._revocations.run)
+            await nursery.start(self._revocations_service.run)
             address: str = await nursery.start(
                 partial(
                     serve_websockets,
@@ -111,6 +117,10 @@ class Gateway:
                 )
             )
             task_status.started(address)
+
+    def readiness(self) -> Mapping[str, bool]:
+        """``/readyz`` checks of the gateway: its revocation listener is up."""
+        return {"revocations": self._revocations_service.up}
 
     async def close_all(self, code: int) -> None:
         """Close every connection with ``code`` (1001 at shutdown) and refuse new ones.

@@ -29,6 +29,9 @@ class FakeGateway:
     async def close_all(self, code: int) -> None:
         await trio.lowlevel.checkpoint()
 
+    def readiness(self) -> dict[str, bool]:
+        return {}
+
     def live(self, user: str, device: str, platform: str = "macos", *, idle: bool = False) -> None:
         """Make ``device`` of ``user`` live (no focus)."""
         self.presence.set(user, PresenceEntry(device, platform, frozenset(), idle))

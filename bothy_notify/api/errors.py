@@ -51,3 +51,14 @@ def only_field(body: object, name: str) -> object:
 
 def too_large(message: str = "the request body is too large") -> ApiError:
     return ApiError(413, "too_large", message)
+
+
+RETRY_AFTER_UNAVAILABLE = "2"
+"""Seconds a client is asked to wait after a 503 (the database is being reconnected)."""
+
+
+def unavailable() -> JSONResponse:
+    """503 ``unavailable``: the database cannot be reached right now; try again later."""
+    response = error_response(503, "unavailable", "the service is unavailable; try again later")
+    response.headers["Retry-After"] = RETRY_AFTER_UNAVAILABLE
+    return response

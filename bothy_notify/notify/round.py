@@ -79,6 +79,10 @@ _BLOCKED_FIRST = 0.005
 most such transactions are a producer's append about to commit. Doubles up to
 ``notify.poll_interval`` while the wait lasts."""
 
+RECONNECT_MAX = 5.0
+"""Longest wait (seconds) between reconnection attempts while the database is away; the
+first wait is ``notify.poll_interval``, doubling."""
+
 _CONTENTION_RETRY = 0.05
 """Seconds before running a round again after a deadlock or serialization failure."""
 
@@ -205,11 +209,13 @@ class ConsumerRound:
         """
         started = False
         poll = self._config.notify.poll_interval.total_seconds()
+        retry = poll
         while True:
             conn: Conn | None = None
             try:
                 conn = await self._thread(connect_dedicated, self._url)
                 self.connected = True
+                retry = poll
                 held = await self._try_lock(conn)
                 if not started:
                     started = True
@@ -218,12 +224,16 @@ class ConsumerRound:
                     await trio.sleep(poll)
                     held = await self._try_lock(conn)
                 await self._hold(conn)
-            except StoreError:
-                log.warning("consumer round lost its database connection; reconnecting")
+            except StoreError as exc:
+                log.warning(
+                    "consumer round lost its database connection; reconnecting",
+                    extra={"error_type": error_type(exc), "retry_in_seconds": retry},
+                )
                 if not started:
                     started = True
                     task_status.started()
-                await trio.sleep(poll)
+                await trio.sleep(retry)
+                retry = min(max(poll, RECONNECT_MAX), retry * 2)
             finally:
                 self._set_holder(False)
                 self.connected = False
