@@ -5,7 +5,12 @@
 - hourly (and once at start): prune finished jobs after ``jobs.retention``,
   invalidate registrations not renewed within ``push.registration_ttl``, delete
   invalidated registrations after ``push.invalidated_retention``, delete the
-  idempotency records of app hints older than ``notify.idempotency_window``.
+  idempotency records of app hints older than ``notify.idempotency_window``,
+  and the ``Idempotency-Key`` records of appends older than
+  ``server.idempotency_window``.
+
+The housekeeper runs under a supervisor (``wiring``): an unexpected error
+restarts it with backoff; a database error only skips that tick.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import trio
 from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
-from bothy_notify.store import idempotency
+from bothy_notify.store import append_keys, idempotency
 from bothy_notify.store import jobs as queue
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database, StoreError
@@ -39,6 +44,7 @@ class SweepResult:
     registrations_expired: int
     registrations_deleted: int
     idempotency_pruned: int = 0
+    append_keys_pruned: int = 0
 
 
 def sweep(conn: Conn, now: datetime, config: Config) -> SweepResult:
@@ -50,6 +56,7 @@ def sweep(conn: Conn, now: datetime, config: Config) -> SweepResult:
             conn, now - config.push.invalidated_retention
         ),
         idempotency_pruned=idempotency.prune(conn, now - config.notify.idempotency_window),
+        append_keys_pruned=append_keys.prune(conn, now - config.server.idempotency_window),
     )
 
 
@@ -112,6 +119,7 @@ class Housekeeper:
                 "registrations_expired": result.registrations_expired,
                 "registrations_deleted": result.registrations_deleted,
                 "idempotency_pruned": result.idempotency_pruned,
+                "append_keys_pruned": result.append_keys_pruned,
             },
         )
         return result
