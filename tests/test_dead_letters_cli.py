@@ -102,9 +102,7 @@ async def test_retry_replays_what_was_fixed_and_keeps_what_still_fails(
     await set_aside(database_url, [*SETUP, (FUTURE_TYPE, {"x": 1}), POISON_MEMBER])
     fix_the_triggers(database_url)
     (unknown_seq, _, _), (member_seq, _, _) = dead_letter_seqs(database_url)
-    code, printed = run(
-        commands.retry_command, make_config(database={"url": database_url}), None
-    )
+    code, printed = run(commands.retry_command, make_config(database={"url": database_url}), None)
     assert code == 1
     lines = printed.splitlines()
     assert lines[0].startswith("replaying 2 dead letter(s) in log order")
@@ -146,9 +144,7 @@ async def test_a_replayed_message_gets_its_push(database_url: str) -> None:
     await set_aside(database_url, [*SETUP, follow, member, POISON_FOLLOWED_MESSAGE])
     [(seq, _, _)] = dead_letter_seqs(database_url)
     fix_the_triggers(database_url)
-    code, printed = run(
-        commands.retry_command, make_config(database={"url": database_url}), [seq]
-    )
+    code, printed = run(commands.retry_command, make_config(database={"url": database_url}), [seq])
     assert code == 0, printed
     assert f"seq {seq} (message.created): replayed; 1 hint(s), 1 job(s), 0 skip(s)" in printed
     with psycopg.connect(database_url) as conn:
@@ -161,9 +157,7 @@ async def test_a_replayed_message_gets_its_push(database_url: str) -> None:
 
 async def test_retry_of_a_seq_that_is_not_a_dead_letter_says_so(database_url: str) -> None:
     await set_aside(database_url, SETUP)
-    code, printed = run(
-        commands.retry_command, make_config(database={"url": database_url}), [4242]
-    )
+    code, printed = run(commands.retry_command, make_config(database={"url": database_url}), [4242])
     assert code == 1
     assert printed.splitlines() == [
         "seq 4242: not a dead letter (never set aside, or replayed already)"

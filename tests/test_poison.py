@@ -302,3 +302,26 @@ def test_a_failure_that_does_not_repeat_ends_the_isolation() -> None:
     isolation.succeeded(5)
     isolation.succeeded(5)
     assert not isolation.active
+
+
+async def test_one_poison_among_a_thousand_events_costs_a_few_rounds_and_nothing_else(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    setup = [
+        ("user.upserted", {"user_id": "alex", "kind": "human", "active": True}),
+        ("thread.upserted", {"thread_id": "t1", "space_id": "s1"}),
+        ("member.added", {"user_id": "alex", "scope_id": "s1"}),
+        ("thread.followed", {"user_id": "alex", "thread_id": "t1", "level": "all"}),
+    ]
+    messages = [message("t1", n) for n in range(1, 1000)]
+    prepare(database_url, [*setup, *messages[:500], POISON_MESSAGE, *messages[500:]])
+    metrics = Metrics()
+    consumer = new_round(database_url, metrics)
+    with caplog.at_level(logging.WARNING, logger="bothy"):
+        await consume_all(consumer, database_url)
+    assert consumer.dead_lettered == 1
+    assert metrics.events_consumed._value.get() == len(setup) + 999
+    decided = jobs(database_url)
+    assert sum(decided.values()) == 999 and set(decided.values()) == {1}
+    failed_rounds = [r for r in caplog.records if "isolating" in r.getMessage()]
+    assert len(failed_rounds) <= 2 * 9  # about two rounds per halving of a 500-event batch
