@@ -307,7 +307,7 @@ def test_a_failure_that_does_not_repeat_ends_the_isolation() -> None:
 async def test_one_poison_among_a_thousand_events_costs_a_few_rounds_and_nothing_else(
     database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    setup = [
+    setup: list[tuple[str, dict[str, Any]]] = [
         ("user.upserted", {"user_id": "alex", "kind": "human", "active": True}),
         ("thread.upserted", {"thread_id": "t1", "space_id": "s1"}),
         ("member.added", {"user_id": "alex", "scope_id": "s1"}),

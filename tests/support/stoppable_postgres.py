@@ -43,7 +43,7 @@ class StoppablePostgres:
 
     def stop(self) -> None:
         """Stop the server now (``fast``: open connections are cut). Blocking."""
-        from pgserver._commands import pg_ctl
+        from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
 
         pg_ctl(
             ["-w", "-m", "fast", "stop"],
