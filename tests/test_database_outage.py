@@ -92,6 +92,15 @@ async def test_the_daemon_rides_out_a_database_outage_and_resumes_on_its_own(
         assert ready.status_code == 503 and ready.json()["checks"]["round"] is False
         assert (await node.request("GET", "/healthz")).status_code == 200
 
+        async def marked_unreachable() -> bool:
+            answer = await node.request("GET", "/v1/registrations", headers=device)
+            assert answer.status_code == 503
+            return node.db.unreachable
+
+        # Once a wait for a connection timed out, requests are answered without waiting
+        # (one probe a second still tries the database).
+        await wait_for(marked_unreachable, timeout=20, what="the pool to give up waiting")
+
         await trio.to_thread.run_sync(server.restart)
 
         async def ready_again() -> bool:
@@ -103,6 +112,7 @@ async def test_the_daemon_rides_out_a_database_outage_and_resumes_on_its_own(
             return (await post_events(node, message(2))).status_code == 200
 
         await wait_for(appended, timeout=15, what="an append after the outage")
+        assert not node.db.unreachable
         await wait_for(lambda: _sent(node, 2), timeout=15, what="the push after the outage")
         assert [s.payload["message_id"] for s in node.fake.sends] == ["m1", "m2"]
         assert {name: s.restarts for name, s in node.daemon.services.items()} == {

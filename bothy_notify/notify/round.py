@@ -248,6 +248,7 @@ class ConsumerRound:
         return held
 
     async def _hold(self, conn: Conn) -> None:
+        self._isolation = Isolation()  # what another holder did meanwhile is unknown
         self._set_holder(True)
         log.info("this node holds the consumer round")
         await self._thread(lambda: conn.execute(f"LISTEN {EVENTS_CHANNEL}"))

@@ -107,6 +107,10 @@ query per second at most."""
 PING_WAIT = 2.0
 """Seconds a ping waits for a pooled connection; past it the database counts as down."""
 
+PROBE_EVERY = 1.0
+"""While the pool could not get a connection at all, one caller per this many seconds
+tries the database; the others fail at once instead of queueing behind the wait."""
+
 
 class Database:
     """A pool of connections plus a limiter, used from Trio.
@@ -144,8 +148,11 @@ class Database:
         self._ping_limiter = trio.CapacityLimiter(1)
         self._ping_answer: tuple[float, bool] | None = None
         self._ping_running: trio.Event | None = None
+        self._next_probe = 0.0
         self.pings = 0
         """Pings that really reached for the database (statistics, tests)."""
+        self.unreachable = False
+        """True from a wait for a connection that timed out until the next success."""
 
     @property
     def url(self) -> str:
@@ -184,10 +191,32 @@ class Database:
         only for work whose statements each stand alone, such as a single
         read, where it saves the BEGIN and COMMIT round trips. Cancellation
         waits for ``fn`` to finish: writes are never abandoned halfway.
+
+        Once a wait for a connection timed out (the database cannot be reached),
+        callers fail at once with :class:`StoreUnavailable`, except one per
+        :data:`PROBE_EVERY` seconds that tries again; the first success ends it.
+        So an outage answers quickly instead of queueing every caller behind
+        the pool's wait.
         """
-        return await trio.to_thread.run_sync(
-            partial(self.run_sync, fn, transaction=transaction), limiter=self.limiter
-        )
+        if self.unreachable:
+            now = trio.current_time()
+            if now < self._next_probe:
+                raise StoreUnavailable("the database cannot be reached")
+            self._next_probe = now + PROBE_EVERY
+        try:
+            result = await trio.to_thread.run_sync(
+                partial(self.run_sync, fn, transaction=transaction), limiter=self.limiter
+            )
+        except StoreUnavailable as exc:
+            if isinstance(exc.__cause__, PoolTimeout) and not self.unreachable:
+                log.warning("the database cannot be reached", extra={"pool": self.name})
+                self.unreachable = True
+                self._next_probe = trio.current_time() + PROBE_EVERY
+            raise
+        if self.unreachable:
+            log.info("the database answers again", extra={"pool": self.name})
+            self.unreachable = False
+        return result
 
     async def ping(self) -> bool:
         """Whether a trivial query answers (``/readyz``).
