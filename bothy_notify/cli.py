@@ -1,8 +1,9 @@
 """The ``bothy-notify`` command line.
 
 Commands: ``run``, ``migrate``, ``check-config``, ``dev-token``, ``secret set``,
-``push test``, ``demo``. Every command takes ``--config FILE`` (default: the
-``BOTHY_NOTIFY_CONFIG`` environment variable, else built-in defaults).
+``push test``, ``events dead-letters``, ``events retry``, ``demo``. Every command
+takes ``--config FILE`` (default: the ``BOTHY_NOTIFY_CONFIG`` environment
+variable, else built-in defaults).
 Exit codes: 0 success, 1 the command failed, 2 bad usage or configuration.
 """
 
@@ -66,6 +67,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     push_test.add_argument("--user", required=True)
 
+    events = sub.add_parser("events", help="the event log: dead letters")
+    events_sub = events.add_subparsers(dest="events_command", required=True, metavar="ACTION")
+    events_sub.add_parser(
+        "dead-letters", parents=[common], help="list the events the round set aside"
+    )
+    retry = events_sub.add_parser(
+        "retry",
+        parents=[common],
+        help="replay dead letters once their cause is fixed (decided with today's facts)",
+    )
+    which = retry.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--seq", type=int, action="append", metavar="N", help="the dead letter's seq (repeatable)"
+    )
+    which.add_argument("--all", action="store_true", help="every dead letter, in log order")
+
     demo = sub.add_parser(
         "demo", parents=[common], help="a guided scenario on the embedded database"
     )
@@ -120,6 +137,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             return commands.secret_set_command(config, args.name, sys.stdin, out)
         if args.command == "push":
             return commands.push_test_command(config, args.user, out)
+        if args.command == "events" and args.events_command == "dead-letters":
+            return commands.dead_letters_command(config, out)
+        if args.command == "events":
+            return commands.retry_command(config, None if args.all else args.seq, out)
         if args.command == "demo":
             demo = importlib.import_module("bothy_notify.demo")
             return int(demo.run_demo(config, args.delay, out))

@@ -1,4 +1,5 @@
-"""The one-shot commands: ``migrate``, ``dev-token``, ``secret set``, ``push test``.
+"""The one-shot commands: ``migrate``, ``dev-token``, ``secret set``, ``push test``,
+``events dead-letters``, ``events retry``.
 
 Each opens the configured database (starting the embedded server when
 ``database.url`` is empty), does its work, and says what really happened.
@@ -25,7 +26,13 @@ from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
 from bothy_notify.push.registry import Providers
 from bothy_notify.store import registrations as regs
 from bothy_notify.store import secrets as secret_store
-from bothy_notify.store.db import StoreConflict, connect_dedicated, translate_errors
+from bothy_notify.store.db import (
+    Conn,
+    StoreConflict,
+    StoreUnavailable,
+    connect_dedicated,
+    translate_errors,
+)
 from bothy_notify.store.embedded import EmbeddedPostgres
 from bothy_notify.store.migrate import migrate
 
@@ -307,3 +314,112 @@ async def _send_tests(
         for registration, outcome in zip(found, outcomes, strict=True)
         if outcome is not None
     ]
+
+
+def dead_letters_command(config: Config, out: TextIO) -> int:
+    """``bothy-notify events dead-letters``: the events the round set aside, as a table
+    (seq, type, error type and where it arose, when, retries), or a line saying
+    there are none."""
+    from bothy_notify.store import deadletters
+
+    with database_url(config, out) as url, _migrated(url) as conn, translate_errors():
+        found = deadletters.list_all(conn)
+    if not found:
+        print("no dead letters: the round applied and decided every event", file=out)
+        return 0
+    rows = [
+        (
+            str(d.seq),
+            d.type,
+            d.error_type,
+            d.dead_lettered_at.isoformat(timespec="seconds"),
+            str(d.retries),
+            d.error_where,
+        )
+        for d in found
+    ]
+    header = ("SEQ", "TYPE", "ERROR", "WHEN", "RETRIES", "WHERE")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print(
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out
+        )
+    print(
+        f"{len(found)} dead letter(s); replay them once fixed:"
+        " bothy-notify events retry --seq N | --all",
+        file=out,
+    )
+    return 0
+
+
+def retry_command(config: Config, seqs: list[int] | None, out: TextIO) -> int:
+    """``bothy-notify events retry --seq N | --all``: replay dead letters in log order.
+
+    Each replay is decided with today's facts, in the log position of now (see
+    :mod:`bothy_notify.notify.replay`); a replay that commits removes its dead
+    letter, one that fails again keeps it with its retry counted. Prints one
+    line per dead letter and exits 0 only when every one was replayed.
+    """
+    from bothy_notify.notify.replay import replay
+    from bothy_notify.store import deadletters
+
+    with database_url(config, out) as url, _migrated(url) as conn:
+        with translate_errors():
+            found = deadletters.list_all(conn, seqs)
+        missing = sorted(set(seqs or ()) - {d.seq for d in found})
+        for seq in missing:
+            print(f"seq {seq}: not a dead letter (never set aside, or replayed already)", file=out)
+        if not found:
+            if not missing:
+                print("no dead letters: nothing to replay", file=out)
+            return 0 if not missing else 1
+        print(
+            f"replaying {len(found)} dead letter(s) in log order, decided with today's facts"
+            " (no presence here: devices are reached by push) ...",
+            file=out,
+            flush=True,
+        )
+        now = SystemClock().now()
+        replayed = 0
+        for letter in found:
+            try:
+                result = replay(conn, letter.seq, config=config, now=now)
+            except StoreUnavailable:
+                raise CommandError(
+                    f"the database became unreachable at seq {letter.seq}; the dead letters"
+                    " not reported as replayed are kept"
+                ) from None
+            label = f"seq {letter.seq} ({letter.type})"
+            if result.replayed:
+                replayed += 1
+                outcome = result.outcome
+                assert outcome is not None
+                skips = sum(outcome.skips.values())
+                print(
+                    f"{label}: replayed; {sum(outcome.hints.values())} hint(s),"
+                    f" {outcome.jobs} job(s), {skips} skip(s)",
+                    file=out,
+                )
+            elif result.gone:
+                print(f"{label}: gone (replayed meanwhile, or its event was removed)", file=out)
+            else:
+                at = f" at {result.error_where}" if result.error_where else ""
+                print(f"{label}: failed again: {result.error_type}{at}; kept", file=out)
+    print(f"{replayed} of {len(found)} replayed", file=out)
+    return 0 if replayed == len(found) and not missing else 1
+
+
+@contextlib.contextmanager
+def _migrated(url: str) -> Iterator[Conn]:
+    """A dedicated autocommit connection to a migrated database."""
+    try:
+        conn = connect_dedicated(url, autocommit=False)
+    except StoreUnavailable:
+        raise CommandError("the database cannot be reached") from None
+    try:
+        with translate_errors():
+            migrate(conn)
+        conn.autocommit = True
+        yield conn
+    finally:
+        conn.close()

@@ -203,6 +203,12 @@ class ServerConfig:
         default=_d("30s"),
         metadata=_meta("time to send a whole request body (408 past it)", min=0.05, max=3600),
     )
+    idempotency_window: timedelta = field(
+        default=_d("24h"),
+        metadata=_meta(
+            "how long POST /v1/events remembers an Idempotency-Key", min=60, max=30 * 86_400
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -230,7 +236,16 @@ class DatabaseConfig:
         ),
     )
     pool_size: int = field(
-        default=10, metadata=_meta("connections in the pool (and worker threads)", min=2, max=500)
+        default=10,
+        metadata=_meta(
+            "connections (and worker threads) of the HTTP API and gateway", min=2, max=500
+        ),
+    )
+    jobs_pool_size: int = field(
+        default=10,
+        metadata=_meta(
+            "connections (and worker threads) of the job runner and housekeeping", min=2, max=500
+        ),
     )
 
 

@@ -7,7 +7,11 @@
   invalidated registrations after ``push.invalidated_retention``, delete the
   idempotency records of app hints older than ``notify.idempotency_window``,
   delete topic-mode recipients (and their subscriptions) not renewed within
-  ``push.recipient_ttl``.
+  ``push.recipient_ttl``, and delete the ``Idempotency-Key`` records of appends older than
+  ``server.idempotency_window``.
+
+The housekeeper runs under a supervisor (``wiring``): an unexpected error
+restarts it with backoff; a database error only skips that tick.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import trio
 from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
-from bothy_notify.store import idempotency, topics
+from bothy_notify.store import append_keys, idempotency, topics
 from bothy_notify.store import jobs as queue
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database, StoreError
@@ -42,6 +46,7 @@ class SweepResult:
     registrations_deleted: int
     idempotency_pruned: int = 0
     recipients_expired: int = 0
+    append_keys_pruned: int = 0
 
 
 def sweep(conn: Conn, now: datetime, config: Config) -> SweepResult:
@@ -54,6 +59,7 @@ def sweep(conn: Conn, now: datetime, config: Config) -> SweepResult:
         ),
         idempotency_pruned=idempotency.prune(conn, now - config.notify.idempotency_window),
         recipients_expired=topics.sweep_expired(conn, now - config.push.recipient_ttl),
+        append_keys_pruned=append_keys.prune(conn, now - config.server.idempotency_window),
     )
 
 
@@ -117,6 +123,7 @@ class Housekeeper:
                 "registrations_deleted": result.registrations_deleted,
                 "idempotency_pruned": result.idempotency_pruned,
                 "recipients_expired": result.recipients_expired,
+                "append_keys_pruned": result.append_keys_pruned,
             },
         )
         return result

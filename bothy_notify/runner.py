@@ -13,6 +13,22 @@ only a crashed node's jobs run again. On shutdown the runner stops claiming,
 lets running jobs finish within the drain period, and gives back the jobs it
 could not finish, uncounted.
 
+Fencing: a result applies only to the run that claimed the job. Each claim
+takes the job's next claim number (``Job.claim``), and every write about the
+job (complete, fail, retry, defer, renew, release) matches ``(id, claim)``
+while the job is running. A runner that lost its lease (it stalled, the
+housekeeper made the job available, another runner claimed it) therefore
+changes nothing: its state write matches no row, and the result's ``effect``
+(for example a registration's token-lifecycle update) is applied only for the
+results whose fence held, in the same transaction. Such a result counts as
+``bothy_jobs_finished_total{result="lost_lease"}``. Handlers keep expressing
+their effects as ``Done/Retry/Fail(effect=...)`` (a plain :data:`Effect` or a
+:class:`BatchedEffect`); the runner alone decides whether they apply.
+
+An effect that raises (a bug, a row it cannot write) never stops the runner:
+the batch is recorded again one result at a time, and the result whose effect
+fails is recorded as :class:`Fail` (``effect_error:<type>``) without it.
+
 Results:
 
 - :class:`Done`: finished (delivered, or skipped for a reason).
@@ -35,9 +51,18 @@ import trio
 from bothy_notify.config import JobsConfig
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.supervise import Supervised, error_type
 from bothy_notify.store import jobs as queue
-from bothy_notify.store.db import Conn, Database, StoreError, connect_dedicated, translated
-from bothy_notify.store.jobs import Job
+from bothy_notify.store.db import (
+    Conn,
+    Database,
+    StoreContention,
+    StoreError,
+    StoreUnavailable,
+    connect_dedicated,
+    translated,
+)
+from bothy_notify.store.jobs import Fence, Job
 
 log = logging.getLogger("bothy.runner")
 
@@ -142,6 +167,9 @@ def retry_or_fail(
     return Retry(after, error, effect)
 
 
+_RECONNECT_MAX = 5.0
+"""Longest wait (seconds) between reconnections of the ``LISTEN`` connection."""
+
 _COMPLETE_BATCH = 500
 """Most results recorded in one transaction."""
 _RECORD_LINGER = 0.05
@@ -185,15 +213,17 @@ class JobRunner:
         self._config = config
         self._poll = poll_interval.total_seconds()
         self._metrics = metrics
-        self._in_flight: dict[int, Job] = {}
+        self._in_flight: dict[Fence, Job] = {}
         self._wake = trio.Event()
         self._freed = trio.Event()
         self._stopping = False
         self._idle = trio.Event()
-        self._results_send, self._results_recv = trio.open_memory_channel[tuple[Job, JobResult]](
-            config.concurrency
-        )
+        self._results_send, self._results_recv = trio.open_memory_channel[tuple[Job, JobResult]](0)
+        self._listener = Supervised("runner.listen", self._listen_loop, metrics=metrics)
+        self._renewer = Supervised("runner.renew", self._renew_loop, metrics=metrics)
         self.running = False
+        self.lost_leases = 0
+        """Results dropped because another claim held the job by then (statistics)."""
 
     def __repr__(self) -> str:
         return f"JobRunner(in_flight={len(self._in_flight)})"
@@ -225,12 +255,21 @@ class JobRunner:
 
         Cancellation: handlers are cancelled, and jobs not yet recorded are
         given back in a shielded cleanup (they run again, the attempt uncounted).
+        The same happens when the runner fails; its supervisor (``wiring``) then
+        starts it again. The ``LISTEN`` and lease-renewal loops are supervised
+        on their own: either restarts without disturbing running jobs.
         """
+        # A fresh channel per run: results of a run that failed are never recorded by
+        # the next one (their jobs were given back, or their fence no longer holds).
+        self._results_send, self._results_recv = trio.open_memory_channel[tuple[Job, JobResult]](
+            self._config.concurrency
+        )
+        self._idle = trio.Event()
         try:
             async with trio.open_nursery() as services:
                 services.start_soon(self._complete_loop)
-                await services.start(self._listen_loop)
-                services.start_soon(self._renew_loop)
+                await services.start(self._listener.run)
+                services.start_soon(self._renewer.run)
                 async with trio.open_nursery() as work:
                     self.running = True
                     task_status.started()
@@ -240,14 +279,19 @@ class JobRunner:
         finally:
             self.running = False
             if self._in_flight:
-                ids = list(self._in_flight)
+                fences = list(self._in_flight)
                 self._in_flight.clear()
                 with trio.CancelScope(shield=True), trio.move_on_after(10):
                     try:
-                        await self._db.run(lambda c: queue.release(c, ids))
-                        log.info("gave back unfinished jobs", extra={"jobs": len(ids)})
+                        await self._db.run(lambda c: queue.release(c, fences))
+                        log.info("gave back unfinished jobs", extra={"jobs": len(fences)})
                     except StoreError:
                         log.warning("could not give back unfinished jobs; their leases will end")
+
+    @property
+    def healthy(self) -> bool:
+        """Running, with its ``LISTEN`` and renewal loops up (``/readyz``)."""
+        return self.running and self._listener.up and self._renewer.up
 
     async def _claim_loop(self, work: trio.Nursery) -> None:
         kinds = self.kinds
@@ -307,7 +351,7 @@ class JobRunner:
     def _dispatch(self, work: trio.Nursery, jobs: list[Job]) -> None:
         by_kind: dict[str, list[Job]] = {}
         for job in jobs:
-            self._in_flight[job.id] = job
+            self._in_flight[job.fence] = job
             by_kind.setdefault(job.kind, []).append(job)
         for kind, group in by_kind.items():
             work.start_soon(self._run_group, self._handlers[kind], group)
@@ -323,8 +367,16 @@ class JobRunner:
 
         try:
             await handler.run_batch(jobs, report)
+        except StoreUnavailable:
+            # Not the jobs' fault: they run again once the database is back, uncounted.
+            log.warning("job handler lost the database", extra={"kind": handler.kind})
+            for job in jobs:
+                await report(job, Defer(timedelta(seconds=self._poll), "database_unavailable"))
         except Exception as exc:
-            log.exception("job handler failed", extra={"kind": handler.kind})
+            # The type only: a message or a traceback may quote IDs from the job's args.
+            log.error(
+                "job handler failed", extra={"kind": handler.kind, "error_type": error_type(exc)}
+            )
             for job in jobs:
                 await report(job, retry_or_fail(job, f"handler_error:{type(exc).__name__}"))
         for job in jobs:
@@ -350,28 +402,92 @@ class JobRunner:
             await self._record(batch)
 
     async def _record(self, batch: list[tuple[Job, JobResult]]) -> None:
-        delay = 0.05
-        while True:
-            now = self._clock.now()
-            try:
-                await self._db.run(partial(_apply_results, batch=batch, now=now))
-                break
-            except StoreError:
-                log.warning("recording job results failed; retrying")
-                await trio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        try:
+            held = await self._apply(batch)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            # One result cannot be recorded (its effect raised, or a write it needs
+            # failed). Record the others as they are, one transaction each, so one bad
+            # effect never holds up or loses the rest.
+            log.error(
+                "recording a batch of job results failed; recording them one by one",
+                extra={"error_type": error_type(exc), "results": len(batch)},
+            )
+            held = set()
+            recorded = []
+            for item in batch:
+                alone, result = await self._record_alone(item)
+                held |= alone
+                recorded.append((item[0], result))
+            batch = recorded
+        lost = 0
         for job, result in batch:
-            self._in_flight.pop(job.id, None)
-            label = result.result if isinstance(result, Done) else type(result).__name__.lower()
+            self._in_flight.pop(job.fence, None)
+            if job.fence not in held:
+                lost += 1
+                label = "lost_lease"
+            elif isinstance(result, Done):
+                label = result.result
+            else:
+                label = type(result).__name__.lower()
             self._metrics.jobs_finished.labels(job.kind, label).inc()
+        if lost:
+            self.lost_leases += lost
+            log.warning(
+                "job results came after their lease was lost; another claim holds the jobs",
+                extra={"jobs": lost},
+            )
         freed, self._freed = self._freed, trio.Event()
         freed.set()
         if self._stopping and not self._in_flight:
             self._idle.set()
 
+    async def _apply(self, batch: list[tuple[Job, JobResult]]) -> set[Fence]:
+        """Record ``batch`` in one transaction; retry while the database is unreachable.
+
+        Returns the fences that held.
+        """
+        delay = 0.05
+        while True:
+            now = self._clock.now()
+            try:
+                held: set[Fence] = await self._db.run(partial(_apply_results, batch=batch, now=now))
+                return held
+            except (StoreUnavailable, StoreContention):
+                log.warning("recording job results failed; retrying")
+                await trio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _record_alone(self, item: tuple[Job, JobResult]) -> tuple[set[Fence], JobResult]:
+        """Record one result; when that fails, record it as :class:`Fail` without its
+        effect. Returns the fences that held and the result recorded."""
+        job = item[0]
+        try:
+            return await self._apply([item]), item[1]
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            log.error(
+                "a job result's effect failed; the job is recorded as failed without it",
+                extra={"kind": job.kind, "error_type": error_type(exc)},
+            )
+            failed = Fail(f"effect_error:{type(exc).__name__}")
+            try:
+                return await self._apply([(job, failed)]), failed
+            except StoreUnavailable:
+                raise
+            except Exception as again:
+                log.error(
+                    "a job result could not be recorded; its lease will run out",
+                    extra={"kind": job.kind, "error_type": error_type(again)},
+                )
+                return set(), failed
+
     async def _listen_loop(self, *, task_status: trio.TaskStatus[None]) -> None:
         started = False
         limiter = trio.CapacityLimiter(1)
+        retry = self._poll
         while True:
             conn: Conn | None = None
             try:
@@ -382,6 +498,7 @@ class JobRunner:
                 if not started:
                     started = True
                     task_status.started()
+                retry = self._poll
                 while True:
                     if await trio.to_thread.run_sync(
                         translated(_wait_notify), conn, 0.25, limiter=limiter
@@ -391,25 +508,35 @@ class JobRunner:
                 if not started:
                     started = True
                     task_status.started()
-                await trio.sleep(self._poll)
+                # The claim loop polls meanwhile, so nothing waits on this reconnection.
+                await trio.sleep(retry)
+                retry = min(max(self._poll, _RECONNECT_MAX), retry * 2)
             finally:
                 if conn is not None:
                     with trio.CancelScope(shield=True):
                         await trio.to_thread.run_sync(conn.close, limiter=limiter)
 
-    async def _renew_loop(self) -> None:
+    async def _renew_loop(self, *, task_status: trio.TaskStatus[None]) -> None:
         """Extend the lease of running jobs so a slow send is not run twice."""
+        task_status.started()
         period = max(0.5, self._config.lease.total_seconds() / 3)
         while True:
             await trio.sleep(period)
-            ids = list(self._in_flight)
-            if not ids:
+            fences = list(self._in_flight)
+            if not fences:
                 continue
             until = self._clock.now() + self._config.lease
             try:
-                await self._db.run(partial(queue.renew, ids=ids, until=until))
+                held = await self._db.run(partial(queue.renew, fences=fences, until=until))
             except StoreError:
                 log.warning("renewing job leases failed")
+                continue
+            if len(held) < len(fences):
+                # Their results will be dropped by the fence when they arrive.
+                log.warning(
+                    "jobs lost their lease while running; another claim holds them",
+                    extra={"jobs": len(fences) - len(held)},
+                )
 
 
 def _wait_notify(conn: Conn, timeout: float) -> bool:
@@ -419,29 +546,34 @@ def _wait_notify(conn: Conn, timeout: float) -> bool:
     return woke
 
 
-def _apply_results(conn: Conn, *, batch: list[tuple[Job, JobResult]], now: datetime) -> None:
-    done: list[int] = []
-    failed: list[tuple[int, str]] = []
-    retries: list[tuple[int, datetime, str]] = []
-    deferred: list[tuple[int, datetime]] = []
-    batched: dict[Callable[[Conn, list[Any], datetime], None], list[Any]] = {}
+def _apply_results(conn: Conn, *, batch: list[tuple[Job, JobResult]], now: datetime) -> set[Fence]:
+    """Record ``batch`` (fenced) and apply the effects of the results whose fence held,
+    in the caller's transaction. Returns the fences that held."""
+    done: list[Fence] = []
+    failed: list[tuple[Fence, str]] = []
+    retries: list[tuple[Fence, datetime, str]] = []
+    deferred: list[tuple[Fence, datetime]] = []
     for job, result in batch:
         if isinstance(result, Defer):
-            deferred.append((job.id, now + result.after))
+            deferred.append((job.fence, now + result.after))
+        elif isinstance(result, Done):
+            done.append(job.fence)
+        elif isinstance(result, Retry):
+            retries.append((job.fence, now + result.after, result.error))
+        else:
+            failed.append((job.fence, result.error))
+    held = queue.complete(conn, done, now)
+    held |= queue.fail(conn, failed, now)
+    held |= queue.retry(conn, retries)
+    held |= queue.defer(conn, deferred)
+    batched: dict[Callable[[Conn, list[Any], datetime], None], list[Any]] = {}
+    for job, result in batch:
+        if isinstance(result, Defer) or result.effect is None or job.fence not in held:
             continue
         if isinstance(result.effect, BatchedEffect):
             batched.setdefault(result.effect.apply, []).append(result.effect.item)
-        elif result.effect is not None:
-            result.effect(conn, now)
-        if isinstance(result, Done):
-            done.append(job.id)
-        elif isinstance(result, Retry):
-            retries.append((job.id, now + result.after, result.error))
         else:
-            failed.append((job.id, result.error))
+            result.effect(conn, now)
     for apply, items in batched.items():
         apply(conn, items, now)
-    queue.complete(conn, done, now)
-    queue.fail(conn, failed, now)
-    queue.retry(conn, retries)
-    queue.defer(conn, deferred)
+    return held

@@ -29,7 +29,6 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import partial
 from typing import Any, Literal, Protocol, TextIO
 
 import trio
@@ -51,6 +50,7 @@ from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import NoPresence, PresenceView
+from bothy_notify.kernel.supervise import Service, Supervised
 from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.jobs.flush import FlushHandler
@@ -72,6 +72,10 @@ from bothy_notify.store.migrate import migrate
 from bothy_notify.topics.send import TopicPushHandler
 
 log = logging.getLogger("bothy.wiring")
+
+API_POOL_WAIT = 5.0
+"""Seconds an HTTP request or gateway query waits for a pooled connection before it is
+answered 503 (``unavailable``): a client retries sooner than a request that hangs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +168,10 @@ class GatewayService(Protocol):
         """The node's shared presence rows are gone: publish them all again."""
         ...
 
+    def readiness(self) -> Mapping[str, bool]:
+        """The gateway's own checks for ``/readyz`` (false while a part is down)."""
+        ...
+
 
 GatewayFactory = Callable[..., GatewayService]
 
@@ -227,7 +235,9 @@ class Daemon:
         self.gateway: GatewayService | None = None
         self.housekeeper: Housekeeper | None = None
         self.registry: NodeRegistry | None = None
-        self._round_running = False
+        self.jobs_db: Database | None = None
+        self.services: dict[str, Supervised] = {}
+        """The supervised services of this node by name (``/readyz``)."""
 
     def __repr__(self) -> str:
         return f"Daemon(role={self.config.server.role.value!r})"
@@ -276,94 +286,131 @@ class Daemon:
                 " a node of a cluster does not start without it"
             ) from exc
         self.config = config
-        db = self.db = Database(url, pool_size=config.database.pool_size)
-        await db.open()
-        providers = self.providers = Providers(
-            self._providers_override
-            if self._providers_override is not None
-            else build_providers(
-                config.push, dev=config.server.dev, stdout=self._stdout, clock=self.clock
-            ),
-            max_in_flight=config.push.max_in_flight,
-        )
         spec = self.spec
-        api_shutdown = trio.Event()
+        # Two pools: API and gateway load must never starve delivery (the round has a
+        # connection of its own). An HTTP request waits briefly for a connection.
+        db = self.db = Database(
+            url, pool_size=config.database.pool_size, name="api", wait=API_POOL_WAIT
+        )
+        jobs_db: Database | None = None
+        providers: Providers | None = None
         try:
-            async with trio.open_nursery() as nursery:
-                if spec.registry:
-                    # Joined before anything serves: a gateway publishes presence at once.
-                    self.registry = NodeRegistry(
-                        db=db,
-                        clock=self.clock,
-                        config=config,
-                        metrics=self.metrics,
-                        node_id=self.node_id,
-                    )
-                    await nursery.start(self.registry.run)
-                presence: PresenceSource = NoPresence()
-                publisher: EphemeralPublisher | None = None
-                gateway_address: str | None = None
-                if spec.gateway and self._gateway_factory is not None:
-                    self.gateway = self._gateway_factory(
-                        config=config,
-                        db=db,
-                        clock=self.clock,
-                        metrics=self.metrics,
-                        verifier=TokenVerifier(config.auth),
-                        database_url=url,
-                        node_id=self.node_id if spec.shares_presence else None,
-                    )
-                    if self.registry is not None:
-                        self.registry.on_rejoin = self.gateway.presence_lost
-                    gateway_address = await nursery.start(self.gateway.run)
-                    if spec.presence == "hub":
-                        presence = self.gateway.presence
-                    if spec.publisher == "hub":
-                        publisher = self.gateway.publisher
-                if spec.presence == "shared":
-                    presence = SharedPresence(config.cluster.node_timeout)
-                if spec.round_and_runner:
-                    live: LiveRoutes = (
-                        JobLiveRoutes(push_max_attempts=config.push.max_attempts)
-                        if spec.live_routes == "jobs" and not isinstance(presence, NoPresence)
-                        else FailClosedRoutes()
-                    )
-                    if isinstance(live, FailClosedRoutes):
-                        log.info(
-                            "no presence on this node: hints go by push only",
-                            extra={"role": config.server.role.value},
-                        )
-                    await self._start_jobs(nursery, db, url, providers, presence, live, publisher)
-                elif spec.gateway_jobs and publisher is not None:
-                    await self._start_gateway_jobs(nursery, db, url, publisher)
-                app = build_app(
-                    self._api_context(db, providers),
-                    operator_only=spec.http == "operator",
+            await db.open()
+            if spec.round_and_runner or spec.gateway_jobs:
+                jobs_db = self.jobs_db = Database(
+                    url, pool_size=config.database.jobs_pool_size, name="jobs"
                 )
-                api_address = await nursery.start(
-                    partial(
-                        serve_api,
+                await jobs_db.open()
+            providers = self.providers = Providers(
+                self._providers_override
+                if self._providers_override is not None
+                else build_providers(
+                    config.push, dev=config.server.dev, stdout=self._stdout, clock=self.clock
+                ),
+                max_in_flight=config.push.max_in_flight,
+            )
+            await self._serve_parts(url, db, jobs_db, providers, task_status)
+        finally:
+            with trio.CancelScope(shield=True):
+                if providers is not None:
+                    await providers.aclose()
+                if jobs_db is not None:
+                    await jobs_db.close()
+                await db.close()
+            log.info("node stopped")
+
+    async def _serve_parts(
+        self,
+        url: str,
+        db: Database,
+        jobs_db: Database | None,
+        providers: Providers,
+        task_status: trio.TaskStatus[NodeAddresses],
+    ) -> None:
+        config, spec = self.config, self.spec
+        api_shutdown = trio.Event()
+        api_stopped = trio.Event()
+        async with trio.open_nursery() as nursery:
+            if spec.registry:
+                # Joined before anything serves: a gateway publishes presence at once.
+                self.registry = NodeRegistry(
+                    db=db,
+                    clock=self.clock,
+                    config=config,
+                    metrics=self.metrics,
+                    node_id=self.node_id,
+                )
+                await nursery.start(self.registry.run)
+            presence: PresenceSource = NoPresence()
+            publisher: EphemeralPublisher | None = None
+            gateway_address: str | None = None
+            if spec.gateway and self._gateway_factory is not None:
+                self.gateway = self._gateway_factory(
+                    config=config,
+                    db=db,
+                    clock=self.clock,
+                    metrics=self.metrics,
+                    verifier=TokenVerifier(config.auth),
+                    database_url=url,
+                    node_id=self.node_id if spec.shares_presence else None,
+                )
+                if self.registry is not None:
+                    self.registry.on_rejoin = self.gateway.presence_lost
+                gateway_address = await nursery.start(self.gateway.run)
+                if spec.presence == "hub":
+                    presence = self.gateway.presence
+                if spec.publisher == "hub":
+                    publisher = self.gateway.publisher
+            if spec.presence == "shared":
+                presence = SharedPresence(config.cluster.node_timeout)
+            if spec.round_and_runner:
+                assert jobs_db is not None
+                live: LiveRoutes = (
+                    JobLiveRoutes(push_max_attempts=config.push.max_attempts)
+                    if spec.live_routes == "jobs" and not isinstance(presence, NoPresence)
+                    else FailClosedRoutes()
+                )
+                if isinstance(live, FailClosedRoutes):
+                    log.info(
+                        "no presence on this node: hints go by push only",
+                        extra={"role": config.server.role.value},
+                    )
+                await self._start_jobs(nursery, jobs_db, url, providers, presence, live, publisher)
+            elif spec.gateway_jobs and publisher is not None:
+                assert jobs_db is not None
+                await self._start_gateway_jobs(nursery, jobs_db, url, publisher)
+            app = build_app(
+                self._api_context(db, providers),
+                operator_only=spec.http == "operator",
+            )
+
+            async def serve_http(*, task_status: trio.TaskStatus[str]) -> None:
+                try:
+                    await serve_api(
                         app,
                         config.server.api_listen,
                         shutdown=api_shutdown,
                         header_timeout=config.server.header_timeout.total_seconds(),
+                        drain_period=config.server.drain_period.total_seconds(),
+                        task_status=task_status,
                     )
-                )
-                log.info(
-                    "node started",
-                    extra={"role": config.server.role.value, "mode": config.cluster.mode.value}
-                    | ({"node_id": self.node_id} if spec.registry else {}),
-                )
-                task_status.started(NodeAddresses(api_address, gateway_address))
-                await self._shutdown.wait()
-                await self._drain(config.server.drain_period)
-                api_shutdown.set()
-                nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                await providers.aclose()
-                await db.close()
-            log.info("node stopped")
+                finally:
+                    api_stopped.set()
+
+            api_address = await nursery.start(serve_http)
+            log.info(
+                "node started",
+                extra={"role": config.server.role.value, "mode": config.cluster.mode.value}
+                | ({"node_id": self.node_id} if spec.registry else {}),
+            )
+            task_status.started(NodeAddresses(api_address, gateway_address))
+            await self._shutdown.wait()
+            await self._drain(config.server.drain_period, api_shutdown, api_stopped)
+            nursery.cancel_scope.cancel()
+
+    def _supervised(self, name: str, service: Service) -> Supervised:
+        supervised = self.services[name] = Supervised(name, service, metrics=self.metrics)
+        return supervised
 
     async def _start_jobs(
         self,
@@ -414,7 +461,7 @@ class Daemon:
             ),
         ]
         self.housekeeper = Housekeeper(db=db, clock=clock, config=config, metrics=metrics)
-        await nursery.start(self.housekeeper.run)
+        await nursery.start(self._supervised("housekeeper", self.housekeeper.run).run)
         self.runner = JobRunner(
             db=db,
             database_url=url,
@@ -425,7 +472,7 @@ class Daemon:
             metrics=metrics,
             node_id=self.node_id if self.spec.registry else None,
         )
-        await nursery.start(self.runner.run)
+        await nursery.start(self._supervised("runner", self.runner.run).run)
         self.round = ConsumerRound(
             database_url=url,
             config=config,
@@ -437,7 +484,7 @@ class Daemon:
             jobs_committed=self.runner.nudge,
             catalogue=catalogue,
         )
-        await nursery.start(self._run_round, self.round)
+        await nursery.start(self._supervised("round", self.round.run).run)
 
     async def _start_gateway_jobs(
         self, nursery: trio.Nursery, db: Database, url: str, publisher: EphemeralPublisher
@@ -463,36 +510,42 @@ class Daemon:
             metrics=self.metrics,
             node_id=self.node_id,
         )
-        await nursery.start(self.runner.run)
+        await nursery.start(self._supervised("runner", self.runner.run).run)
 
-    async def _run_round(
-        self, round_: ConsumerRound, *, task_status: trio.TaskStatus[None]
+    async def _drain(
+        self, period: timedelta, api_shutdown: trio.Event, api_stopped: trio.Event
     ) -> None:
-        self._round_running = True
-        try:
-            await round_.run(task_status=task_status)
-        finally:
-            self._round_running = False
-
-    async def _drain(self, period: timedelta) -> None:
+        """Everything in flight gets ``period`` to finish, all at once: the HTTP server
+        stops accepting (new connections are refused) and answers the requests it
+        has, the runner stops claiming and waits for its jobs, the gateway closes
+        its connections with 1001."""
         log.info("shutting down", extra={"drain_seconds": period.total_seconds()})
         with trio.move_on_after(period.total_seconds()) as scope:
+            api_shutdown.set()
             if self.runner is not None:
                 self.runner.stop_claiming()
             if self.gateway is not None:
                 await self.gateway.close_all(1001)
             if self.runner is not None:
                 await self.runner.wait_idle()
+            await api_stopped.wait()
         if scope.cancelled_caught:
             log.warning("drain period over; unfinished jobs are given back")
 
     def _api_context(self, db: Database, providers: Providers) -> ApiContext:
         def readiness() -> dict[str, bool]:
+            # Each service's check is false while it is down: restarting after a
+            # failure (its supervisor), or without its database connection.
             checks: dict[str, bool] = {}
-            if self.spec.round_and_runner:
-                checks["round"] = self._round_running
-            if self.spec.round_and_runner or self.spec.gateway_jobs:
-                checks["runner"] = bool(self.runner and self.runner.running)
+            services = self.services
+            if self.round is not None:
+                checks["round"] = services["round"].up and self.round.connected
+            if self.runner is not None:
+                checks["runner"] = services["runner"].up and self.runner.healthy
+            if "housekeeper" in services:
+                checks["housekeeper"] = services["housekeeper"].up
+            if self.gateway is not None:
+                checks.update(self.gateway.readiness())
             if self.registry is not None:
                 checks["cluster"] = self.registry.healthy()
             return checks

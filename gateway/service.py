@@ -16,6 +16,7 @@ writer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -27,6 +28,7 @@ from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceView
+from bothy_notify.kernel.supervise import Supervised
 from bothy_notify.store.db import Database
 from gateway.expiry import ExpiryWatch
 from gateway.hub import Hub
@@ -124,6 +126,10 @@ class Gateway:
         self._revocations = RevocationListener(
             database_url=database_url, hub=self.hub, retry_interval=config.notify.poll_interval
         )
+        # Restarted with backoff should it ever fail, without taking the gateway down.
+        self._revocations_service = Supervised(
+            "revocations", self._revocations.run, metrics=metrics
+        )
 
     def __repr__(self) -> str:
         return f"Gateway({self.hub!r})"
@@ -136,7 +142,7 @@ class Gateway:
         :meth:`close_all` first for a graceful close).
         """
         async with trio.open_nursery() as nursery:
-            await nursery.start(self._revocations.run)
+            await nursery.start(self._revocations_service.run)
             await nursery.start(self._expiry.run)
             if self.shared is not None:
                 await nursery.start(self.shared.run)
@@ -153,6 +159,10 @@ class Gateway:
                 )
             )
             task_status.started(address)
+
+    def readiness(self) -> Mapping[str, bool]:
+        """``/readyz`` checks of the gateway: its revocation listener is up."""
+        return {"revocations": self._revocations_service.up}
 
     async def close_all(self, code: int) -> None:
         """Close every connection with ``code`` (1001 at shutdown) and refuse new ones.

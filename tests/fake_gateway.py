@@ -32,6 +32,9 @@ class FakeGateway:
     def presence_lost(self) -> None:
         """Nothing to publish again: this stand-in shares no presence."""
 
+    def readiness(self) -> dict[str, bool]:
+        return {}
+
     def live(self, user: str, device: str, platform: str = "macos", *, idle: bool = False) -> None:
         """Make ``device`` of ``user`` live (no focus)."""
         self.presence.set(user, PresenceEntry(device, platform, frozenset(), idle))

@@ -224,7 +224,12 @@ async def test_operator_endpoints(launch: Launch) -> None:
     assert (await node.request("GET", "/healthz")).json() == {"status": "ok"}
     ready = await node.request("GET", "/readyz")
     assert ready.status_code == 200
-    assert ready.json()["checks"] == {"database": True, "round": True, "runner": True}
+    assert ready.json()["checks"] == {
+        "database": True,
+        "round": True,
+        "runner": True,
+        "housekeeper": True,
+    }
     await node.append(message())
     await node.settle()
     metrics = (await node.request("GET", "/metrics")).text

@@ -12,7 +12,7 @@ from pathlib import Path
 import trio
 
 from bothy_notify.push.port import Message, Outcome, Target
-from tests.harness import Node, ev, make_config, start_node
+from tests.harness import Node, device_token, ev, make_config, start_node, wait_for
 
 
 class GatedProvider:
@@ -118,3 +118,48 @@ def test_sigterm_stops_the_daemon_cleanly(database_url: str, tmp_path: Path) -> 
     daemon.stderr.close()
     assert "node stopped" in rest
     assert "Traceback" not in rest
+
+
+async def test_an_http_request_in_flight_at_shutdown_still_gets_its_answer(
+    database_url: str,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        node = await start_node(
+            nursery, database_url, config=make_config(server={"drain_period": "10s"})
+        )
+        host, port = node.addresses.api.rsplit(":", 1)  # type: ignore[union-attr]
+        body = b'{"provider": "fake", "token": "tok-drain"}'
+        head = (
+            "POST /v1/registrations HTTP/1.1\r\n"
+            f"host: {host}\r\n"
+            f"authorization: Bearer {device_token('alex', 'phone')}\r\n"
+            "content-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        ).encode()
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(head + body[:10])
+
+        async def in_flight() -> bool:
+            # The handler made the device row from the token, then waits for the body.
+            return bool(await node.sql("SELECT 1 FROM bothy.devices WHERE device_id = 'phone'"))
+
+        await wait_for(in_flight, what="the request to be in flight")
+        node.daemon.request_shutdown()
+
+        async def refused() -> bool:
+            try:
+                other = await trio.open_tcp_stream(host, int(port))
+            except OSError:
+                return True
+            await other.aclose()
+            return False
+
+        await wait_for(refused, what="new connections to be refused")
+        await stream.send_all(body[10:])
+        answer = b""
+        while chunk := await stream.receive_some():
+            answer += chunk
+        await stream.aclose()
+    await node.http.aclose()
+    assert answer.startswith(b"HTTP/1.1 201 ")
+    assert await _states_after(database_url) == []

@@ -1,7 +1,10 @@
 """The Starlette application and how it is served on Trio (Hypercorn).
 
 Every error leaves as ``{"error": {"code", "message"}}``; an unexpected
-exception is logged (without request data) and answered 500.
+exception is logged (without request data) and answered 500. A database that
+cannot be reached (:class:`~bothy_notify.store.db.StoreUnavailable`, from any
+handler) is answered 503 ``unavailable`` with ``Retry-After``, here and nowhere
+else; the process stays up and answers again once the database is back.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from bothy_notify.api import (
     threads,
 )
 from bothy_notify.api.context import BODY_DEADLINE, ApiContext
-from bothy_notify.api.errors import ApiError, error_response
+from bothy_notify.api.errors import ApiError, error_response, unavailable
+from bothy_notify.store.db import StoreUnavailable
 
 log = logging.getLogger("bothy.api")
 
@@ -48,6 +52,8 @@ def _bind(
         request.scope[BODY_DEADLINE] = trio.current_time() + body_timeout
         try:
             return await handlers[method](ctx, request)
+        except StoreUnavailable:
+            return unavailable()
         except ApiError as exc:
             response = exc.response()
             if exc.status in (408, 413) and request.scope.get("http_version", "1.1")[0] == "1":
@@ -133,9 +139,10 @@ async def serve_api(
     *,
     shutdown: trio.Event,
     header_timeout: float = 5.0,
+    drain_period: float = 5.0,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` on ``listen`` until ``shutdown`` is set.
+    """Serve ``app`` on ``listen`` until ``shutdown`` is set, then drain.
 
     ``header_timeout`` (``server.header_timeout``, seconds) bounds the time a
     client takes to send a request's headers, from connecting or from the end
@@ -145,12 +152,16 @@ async def serve_api(
     ``server.body_timeout`` in :func:`bothy_notify.api.context.read_json`.
 
     ``task_status.started`` gets the bound ``host:port`` (port 0 picks a free one).
+    Once ``shutdown`` is set the listening socket closes (new connections are
+    refused), idle keep-alive connections close, and requests in flight get
+    ``drain_period`` seconds (``server.drain_period``) to be answered before
+    they are cancelled; this returns when the last one is done.
     """
     config = HypercornConfig()
     config.bind = [listen]
     config.accesslog = None
     config.errorlog = None
-    config.graceful_timeout = 5.0
+    config.graceful_timeout = drain_period
     # Clients such as load balancers keep connections for long; never force a reconnect.
     config.keep_alive_max_requests = 1_000_000
     config.keep_alive_timeout = header_timeout

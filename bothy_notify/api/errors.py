@@ -61,3 +61,14 @@ def thread_not_found() -> ApiError:
     """The same answer for a thread that does not exist and one the caller cannot
     read, so the answer never tells whether a thread exists."""
     return ApiError(404, "not_found", "no such thread")
+
+
+RETRY_AFTER_UNAVAILABLE = "2"
+"""Seconds a client is asked to wait after a 503 (the database is being reconnected)."""
+
+
+def unavailable() -> JSONResponse:
+    """503 ``unavailable``: the database cannot be reached right now; try again later."""
+    response = error_response(503, "unavailable", "the service is unavailable; try again later")
+    response.headers["Retry-After"] = RETRY_AFTER_UNAVAILABLE
+    return response

@@ -117,6 +117,25 @@ class Metrics:
         self.consumer_lag_events = Gauge(
             "bothy_consumer_lag_events", "Events appended but not yet consumed.", registry=r
         )
+        self.consumer_blocked_seconds = Gauge(
+            "bothy_consumer_blocked_seconds",
+            "How long the round has waited for committed events behind an older running"
+            " transaction (0 when not blocked).",
+            registry=r,
+        )
+        self.events_dead_lettered = Counter(
+            "bothy_events_dead_lettered",
+            "Events the round could not apply or decide, set aside in bothy.dead_letters,"
+            " by type (known types by name, any other as 'unknown').",
+            ["type"],
+            registry=r,
+        )
+        self.service_restarts = Counter(
+            "bothy_service_restarts",
+            "Long-running services restarted after a failure, by service.",
+            ["service"],
+            registry=r,
+        )
         self.consumer_lag_seconds = Gauge(
             "bothy_consumer_lag_seconds",
             "Age of the oldest event not yet consumed (0 when caught up).",

@@ -12,15 +12,20 @@ cursor in the same transaction.
 The kind catalogue is refreshed once per round (not per hint) and its version
 is fixed on every hint the round decides (``Hint.mv``), so every copy of one
 notification carries the same ``mv`` whenever it is sent.
+
+When something raises, :attr:`RoundPlanner.in_progress` says which events of
+the batch were being applied or decided (one barrier event, or a group of
+messages), so the round can set the culprit aside without trying every event.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from bothy_notify.config import BUILTIN_CATEGORIES, Config, Level
 from bothy_notify.kernel.clock import to_unix_micros
@@ -61,6 +66,20 @@ log = logging.getLogger("bothy.notify.round")
 
 FLUSH_MAX_ATTEMPTS = 5
 """A flush only reads and inserts jobs; five tries ride out a database hiccup."""
+
+
+class UnknownEventType(KeyError):
+    """The event's type has no projection in this version of the daemon (a newer
+    node's migration added it). The round dead-letters such an event; a replay
+    after an upgrade applies it."""
+
+
+def projection_of(event_type: str) -> Callable[[Conn, Mapping[str, Any]], object]:
+    """The projection of ``event_type``; raises :class:`UnknownEventType`."""
+    try:
+        return PROJECTIONS[event_type]
+    except KeyError:
+        raise UnknownEventType("an event type this version does not know") from None
 
 
 @dataclass
@@ -280,25 +299,38 @@ class RoundPlanner:
         self.config = config
         self._messages: list[Event] = []
         self._envelopes: list[int] = []
+        self._envelopes_span: tuple[int, int] | None = None
+        self._messages_from = 0
+        self.in_progress: tuple[int, int] | None = None
+        """``[start, end)`` indices into the batch being applied or decided right now;
+        after :meth:`feed` returns, ``None``."""
 
     def feed(self, events: Sequence[Event]) -> None:
-        for event in events:
+        for index, event in enumerate(events):
             if event.type == "message.created":
+                if not self._messages:
+                    self._messages_from = index
                 self._messages.append(event)
             elif event.type == ENVELOPE_PUBLISHED:
                 # Topic mode reads no projection and writes none: its envelopes go
                 # to the topics dispatcher together, whatever lies between them.
                 self._envelopes.append(event.seq)
+                first = self._envelopes_span[0] if self._envelopes_span else index
+                self._envelopes_span = (first, index + 1)
             else:
                 self._decide_messages()
+                self.in_progress = (index, index + 1)
                 self._apply(event)
         self._decide_messages()
         self._dispatch_envelopes()
+        self.in_progress = None
 
     def _dispatch_envelopes(self) -> None:
         if not self._envelopes:
             return
         seqs, self._envelopes = self._envelopes, []
+        self.in_progress = self._envelopes_span  # from the first envelope to the last
+        self._envelopes_span = None
         self.outcome.jobs += dispatch_envelopes(
             self.conn,
             seqs,
@@ -316,7 +348,7 @@ class RoundPlanner:
             if p["state"] == "pending" and change.before != "pending":
                 request = security_hint(p)
         else:
-            PROJECTIONS[event.type](self.conn, p)
+            projection_of(event.type)(self.conn, p)
             if event.type == "access.expiring":
                 request = admin_hint(p)
             elif event.type == "hint.requested":
@@ -361,6 +393,7 @@ class RoundPlanner:
         if not self._messages:
             return
         events, self._messages = self._messages, []
+        self.in_progress = (self._messages_from, self._messages_from + len(events))
         record_messages(
             self.conn, [(e.payload["thread_id"], int(e.payload["thread_seq"])) for e in events]
         )

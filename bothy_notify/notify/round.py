@@ -11,13 +11,34 @@ projections and decide hints in log order (:class:`RoundPlanner`), insert the
 jobs, advance the cursor. Jobs and cursor commit together; nothing leaves the
 process before the commit. The round wakes on ``LISTEN bothy_events`` (sent by
 ``bothy.append_event``) and polls as a fallback.
+
+Poison events. When a round raises (an event type this version does not know,
+a payload the projection cannot apply, a bug), its transaction rolls back and
+the next rounds isolate the culprit (:class:`Isolation`): the events before
+the part that was in progress go in one round, then the suspects are halved
+until a round of the culprit alone fails again. That event is recorded in
+``bothy.dead_letters`` together with the cursor moving past it, counted in
+``bothy_events_dead_lettered_total{type}``, logged by type and code location
+(never its payload), and the round goes on. Every other event is decided
+exactly as without the culprit, in log order, each round still committing its
+projections, jobs and cursor together. The happy path pays nothing for this
+(no savepoints): a failing event costs its retries. A lost database is never
+poison (:class:`StoreUnavailable`: reconnect and read again), and a deadlock or
+serialization failure (:class:`StoreContention`) retries the same round.
+
+Blocked. Events are read only behind the oldest running transaction (see
+:mod:`bothy_notify.store.events`). While committed events wait behind one, the
+round checks again after 5 ms, doubling up to ``notify.poll_interval``, and
+``bothy_consumer_blocked_seconds`` says for how long it has been waiting.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -26,12 +47,23 @@ import trio
 from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.supervise import error_type, error_where
 from bothy_notify.notify.catalogue import CatalogueSource
 from bothy_notify.notify.facts import PresenceSource
 from bothy_notify.notify.planner import RoundOutcome, RoundPlanner
 from bothy_notify.notify.routes import LiveRoutes
+from bothy_notify.store import deadletters
 from bothy_notify.store import events as eventlog
-from bothy_notify.store.db import Conn, StoreError, connect_dedicated, translated
+from bothy_notify.store.db import (
+    Conn,
+    StoreContention,
+    StoreError,
+    StoreUnavailable,
+    connect_dedicated,
+    translated,
+)
+from bothy_notify.store.events import Event
+from bothy_notify.store.migrate import load_event_schemas
 
 log = logging.getLogger("bothy.notify.round")
 
@@ -43,8 +75,74 @@ EVENTS_CHANNEL = "bothy_events"
 _WAIT_SLICE = 0.25
 """Longest single wait in a worker thread, so cancellation is seen within this time."""
 
-_BLOCKED_RETRY = 0.005
-"""Retry delay when committed events wait behind an older running transaction."""
+_BLOCKED_FIRST = 0.005
+"""First wait (seconds) when committed events wait behind an older running transaction:
+most such transactions are a producer's append about to commit. Doubles up to
+``notify.poll_interval`` while the wait lasts."""
+
+RECONNECT_MAX = 5.0
+"""Longest wait (seconds) between reconnection attempts while the database is away; the
+first wait is ``notify.poll_interval``, doubling."""
+
+_CONTENTION_RETRY = 0.05
+"""Seconds before running a round again after a deadlock or serialization failure."""
+
+UNKNOWN_TYPE_LABEL = "unknown"
+"""The ``type`` label of dead letters whose type this version does not ship a schema
+for: label values stay a closed set."""
+
+
+def next_blocked_wait(previous: float | None, poll: float) -> float:
+    """The wait after ``previous`` (``None``: the first) while the round stays blocked."""
+    return min(poll, _BLOCKED_FIRST if previous is None else previous * 2)
+
+
+@dataclass
+class Isolation:
+    """Where the culprit of a failed round may be; decides how many events the next
+    round reads.
+
+    ``clean`` events at the head of the log applied without error before the
+    failure (they go in one round); the culprit is among the ``suspects``
+    events after them. Suspects are halved until a round of one event fails
+    again: that event is the culprit. A round that read the suspects and did not
+    fail clears them (a failure that did not repeat).
+    """
+
+    clean: int = 0
+    suspects: int = 0
+
+    @property
+    def active(self) -> bool:
+        return bool(self.clean or self.suspects)
+
+    def limit(self, batch_size: int) -> int:
+        """How many events the next round reads."""
+        if self.clean:
+            return min(self.clean, batch_size)
+        if self.suspects:
+            return max(1, self.suspects // 2)
+        return batch_size
+
+    def succeeded(self, consumed: int) -> None:
+        """A round committed ``consumed`` events."""
+        if not consumed:  # nothing left to read: whatever was suspect is gone
+            self.clean = self.suspects = 0
+        elif self.clean:
+            self.clean = max(0, self.clean - consumed)
+        elif self.suspects:
+            self.suspects = max(0, self.suspects - consumed)
+
+    def failed(self, read: int, in_progress: tuple[int, int] | None) -> bool:
+        """A round that read ``read`` events failed; ``in_progress`` is the span of
+        them being applied or decided when it did, if known. Returns true when the
+        culprit is found: the first of the events that round read."""
+        if read == 1 and not self.clean and self.suspects:
+            self.suspects = 0
+            return True
+        start, end = in_progress if in_progress is not None else (0, read)
+        self.clean, self.suspects = start, max(1, end - start)
+        return False
 
 
 class ConsumerRound:
@@ -90,8 +188,18 @@ class ConsumerRound:
         self._jobs_committed = jobs_committed
         self._committed_jobs = 0
         self._limiter = trio.CapacityLimiter(1)
+        self._known_types = frozenset(load_event_schemas())
+        self._isolation = Isolation()
+        self._reading: list[Event] = []
+        self._planner: RoundPlanner | None = None
+        self._blocked_wait: float | None = None
+        self._blocked_since: datetime | None = None
         self.is_holder = False
+        self.connected = False
         self.lock_attempts = 0
+        self.dead_lettered = 0
+        self.blocked_waits: deque[float] = deque(maxlen=64)
+        """The most recent waits while blocked, in seconds (statistics, tests)."""
 
     def __repr__(self) -> str:
         return f"ConsumerRound(holder={self.is_holder})"
@@ -101,14 +209,19 @@ class ConsumerRound:
 
         ``task_status.started()`` is called after the first connection and lock
         attempt (holder or standby). Cancellation: the current transaction
-        finishes first (never abandoned), then the connection closes.
+        finishes first (never abandoned), then the connection closes. An
+        exception other than a lost database (a bug outside a round) ends this;
+        the daemon's supervisor starts it again.
         """
         started = False
         poll = self._config.notify.poll_interval.total_seconds()
+        retry = poll
         while True:
             conn: Conn | None = None
             try:
                 conn = await self._thread(connect_dedicated, self._url)
+                self.connected = True
+                retry = poll
                 held = await self._try_lock(conn)
                 if not started:
                     started = True
@@ -117,14 +230,20 @@ class ConsumerRound:
                     await trio.sleep(poll)
                     held = await self._try_lock(conn)
                 await self._hold(conn)
-            except StoreError:
-                log.warning("consumer round lost its database connection; reconnecting")
+            except StoreError as exc:
+                log.warning(
+                    "consumer round lost its database connection; reconnecting",
+                    extra={"error_type": error_type(exc), "retry_in_seconds": retry},
+                )
                 if not started:
                     started = True
                     task_status.started()
-                await trio.sleep(poll)
+                await trio.sleep(retry)
+                retry = min(max(poll, RECONNECT_MAX), retry * 2)
             finally:
                 self._set_holder(False)
+                self.connected = False
+                self._set_blocked(None)
                 if conn is not None:
                     with trio.CancelScope(shield=True):
                         await self._thread(conn.close)
@@ -136,27 +255,87 @@ class ConsumerRound:
         return held
 
     async def _hold(self, conn: Conn) -> None:
+        self._isolation = Isolation()  # what another holder did meanwhile is unknown
         self._set_holder(True)
         log.info("this node holds the consumer round")
         await self._thread(lambda: conn.execute(f"LISTEN {EVENTS_CHANNEL}"))
         poll = self._config.notify.poll_interval.total_seconds()
+        batch_size = self._config.notify.batch_size
         last_lag = 0.0
         while True:
-            consumed, blocked = await self._thread(self._round_once, conn)
+            limit = self._isolation.limit(batch_size)
+            try:
+                consumed, blocked = await self._thread(self._round_once, conn, limit)
+            except StoreUnavailable:
+                raise
+            except StoreContention:
+                log.info("the round met a concurrent transaction; running it again")
+                await trio.sleep(_CONTENTION_RETRY)
+                continue
+            except Exception as exc:
+                await self._failed(conn, exc)
+                continue
+            self._isolation.succeeded(consumed)
+            if not blocked and self._blocked_since is not None:
+                self._set_blocked(None)
             if self._committed_jobs and self._jobs_committed is not None:
                 self._jobs_committed()
             if time.monotonic() - last_lag >= poll:
                 last_lag = time.monotonic()
                 await self._thread(self._sample_lag, conn)
-            if consumed >= self._config.notify.batch_size:
+            if consumed >= limit or self._isolation.active:
                 await trio.lowlevel.checkpoint()
                 continue
             if blocked:
-                await trio.sleep(_BLOCKED_RETRY)
+                wait = next_blocked_wait(self._blocked_wait, poll)
+                self._set_blocked(wait)
+                await trio.sleep(wait)
                 continue
             # A short batch drained the log. Appends that committed meanwhile left their
             # NOTIFY queued on this connection, so the wait returns at once for them.
             await self._wait_for_events(conn, poll)
+
+    async def _failed(self, conn: Conn, exc: Exception) -> None:
+        """A round raised: narrow down the culprit, or set it aside once found."""
+        batch = self._reading
+        planner = self._planner
+        in_progress = planner.in_progress if planner is not None else None
+        kind, where = error_type(exc), error_where(exc)
+        if not batch:
+            raise exc  # not an event's doing (reading the batch failed): restart the round
+        if not self._isolation.failed(len(batch), in_progress):
+            log.warning(
+                "a round failed; isolating the event that caused it",
+                extra={
+                    "error_type": kind,
+                    "where": where,
+                    "events": len(batch),
+                    "suspects": self._isolation.suspects,
+                },
+            )
+            return
+        event = batch[0]
+        if await self._thread(self._dead_letter, conn, event, kind, where):
+            label = event.type if event.type in self._known_types else UNKNOWN_TYPE_LABEL
+            self.dead_lettered += 1
+            self._metrics.events_dead_lettered.labels(label).inc()
+            log.error(
+                "an event could not be applied or decided; it is dead-lettered and the round"
+                " goes on (bothy-notify events dead-letters)",
+                extra={"seq": event.seq, "type": label, "error_type": kind, "where": where},
+            )
+
+    def _dead_letter(self, conn: Conn, event: Event, kind: str, where: str) -> bool:
+        """Record ``event`` as a dead letter and move the cursor past it, in one
+        transaction. Blocking. False when the log's head is no longer that event."""
+        now = self._clock.now()
+        with conn.transaction():
+            _cursor, head = eventlog.lock_and_read(conn, 1)
+            if not head or head[0].seq != event.seq:
+                return False
+            deadletters.record(conn, event, kind, where, now)
+            eventlog.save_cursor(conn, eventlog.Cursor(event.xid, event.seq), now)
+        return True
 
     async def _wait_for_events(self, conn: Conn, poll: float) -> None:
         deadline = time.monotonic() + poll
@@ -165,15 +344,25 @@ class ConsumerRound:
             if woke:
                 return
 
-    def _round_once(self, conn: Conn) -> tuple[int, bool]:
-        """One transaction: batch, projections, decisions, jobs, cursor. Blocking."""
+    def _round_once(self, conn: Conn, limit: int | None = None) -> tuple[int, bool]:
+        """One transaction: batch, projections, decisions, jobs, cursor. Blocking.
+
+        Reads at most ``limit`` events (``notify.batch_size`` by default). Returns
+        how many were consumed, and whether committed events wait behind an older
+        running transaction (only looked at when nothing could be read).
+        """
         now = self._clock.now()
         self._committed_jobs = 0
+        self._reading = []
+        self._planner = None
         with conn.transaction():
-            cursor, batch = eventlog.lock_and_read(conn, self._config.notify.batch_size)
+            cursor, batch = eventlog.lock_and_read(
+                conn, limit if limit is not None else self._config.notify.batch_size
+            )
             if not batch:
                 return 0, _events_blocked(conn, cursor)
-            planner = RoundPlanner(
+            self._reading = batch
+            planner = self._planner = RoundPlanner(
                 conn,
                 now=now,
                 config=self._config,
@@ -191,6 +380,8 @@ class ConsumerRound:
             if self._before_commit is not None:
                 self._before_commit(outcome)
         self._committed_jobs = outcome.jobs
+        self._reading = []
+        self._planner = None
         self._record(len(batch), outcome)
         return len(batch), False
 
@@ -216,6 +407,19 @@ class ConsumerRound:
         if lag.oldest is not None:
             age = max(0.0, (datetime.now(lag.oldest.tzinfo) - lag.oldest).total_seconds())
         self._metrics.consumer_lag_seconds.set(age)
+
+    def _set_blocked(self, wait: float | None) -> None:
+        """``wait``: the round is blocked and waits that long; ``None``: it is not."""
+        if wait is None:
+            self._blocked_wait = self._blocked_since = None
+            self._metrics.consumer_blocked_seconds.set(0)
+            return
+        now = self._clock.now()
+        if self._blocked_since is None:
+            self._blocked_since = now
+        self._blocked_wait = wait
+        self.blocked_waits.append(wait)
+        self._metrics.consumer_blocked_seconds.set((now - self._blocked_since).total_seconds())
 
     def _set_holder(self, value: bool) -> None:
         self.is_holder = value

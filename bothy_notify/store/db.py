@@ -4,7 +4,9 @@ Errors (module hierarchy)::
 
     StoreError                 the database could not do what was asked
     ├── StoreUnavailable       it could not be reached at all (or the connection broke)
-    └── StoreConflict          a uniqueness rule refused a concurrent write
+    ├── StoreConflict          a uniqueness rule refused a concurrent write
+    └── StoreContention        a concurrent transaction got in the way (deadlock,
+                               serialization failure): the same work may simply be retried
 
 ``store`` is the only package that knows psycopg's errors: :meth:`Database.run`
 and :func:`translated` turn every ``psycopg.Error`` into one of these (``raise
@@ -43,6 +45,13 @@ class StoreConflict(StoreError):
     """A uniqueness rule refused the write (another writer got there first)."""
 
 
+class StoreContention(StoreError):
+    """A concurrent transaction got in the way (deadlock, serialization failure).
+
+    Nothing is wrong with the work itself: run it again.
+    """
+
+
 @contextmanager
 def translate_errors() -> Iterator[None]:
     """Translate psycopg's errors raised inside the block into :class:`StoreError`.
@@ -57,6 +66,8 @@ def translate_errors() -> Iterator[None]:
         raise StoreUnavailable("the database cannot be reached") from exc
     except psycopg.errors.UniqueViolation as exc:
         raise StoreConflict("a concurrent write got there first") from exc
+    except psycopg.errors.TransactionRollback as exc:
+        raise StoreContention("a concurrent transaction got in the way") from exc
     except psycopg.Error as exc:
         raise StoreError(f"the database refused the operation ({type(exc).__name__})") from exc
 
@@ -72,17 +83,56 @@ def translated(fn: Callable[P, T]) -> Callable[P, T]:
     return wrapper
 
 
+CONNECT_PARAMETERS: dict[str, Any] = {
+    # A host that does not answer must not hold a reconnecting service for the kernel's
+    # TCP timeout (minutes): fail the attempt, the caller retries with its backoff.
+    "connect_timeout": 10,
+    # A server that vanished without closing its sockets (host down, network cut) is
+    # noticed within about a minute instead of when the kernel gives up (hours).
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+"""libpq parameters of every connection the daemon opens (pooled or dedicated)."""
+
+POOL_WAIT = 30.0
+"""Default seconds a caller waits for a free pooled connection before
+:class:`StoreUnavailable` (work that may wait: jobs, housekeeping)."""
+
+PING_CACHE = 1.0
+"""Seconds a ping's answer is reused: ``/readyz`` polled by many balancers costs one
+query per second at most."""
+
+PING_WAIT = 2.0
+"""Seconds a ping waits for a pooled connection; past it the database counts as down."""
+
+PROBE_EVERY = 1.0
+"""While the pool could not get a connection at all, one caller per this many seconds
+tries the database; the others fail at once instead of queueing behind the wait."""
+
+
 class Database:
     """A pool of connections plus a limiter, used from Trio.
+
+    The daemon opens two: one for the HTTP API and the gateway, one for the job
+    runner and housekeeping, so load on one never starves the other (the
+    consumer round has a connection of its own).
 
     Args:
         url: the PostgreSQL connection URL (never logged).
         pool_size: connections in the pool and worker threads allowed at once.
+        name: the pool's name (``api``, ``jobs``), for psycopg's logs.
+        wait: seconds a caller waits for a free connection before
+            :class:`StoreUnavailable`; an HTTP request should not wait long.
     """
 
-    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int = 10, name: str = "bothy", wait: float = POOL_WAIT
+    ) -> None:
         self._url = url
         self.pool_size = pool_size
+        self.name = name
         self._pool = ConnectionPool(
             url,
             min_size=min(2, pool_size),
@@ -90,11 +140,19 @@ class Database:
             open=False,
             # Transactions are explicit (``conn.transaction()`` in :meth:`run_sync`), so a
             # single-statement read can skip BEGIN/COMMIT: one round trip instead of three.
-            kwargs={"autocommit": True},
-            name="bothy",
-            timeout=30.0,
+            kwargs={"autocommit": True, **CONNECT_PARAMETERS},
+            name=name,
+            timeout=wait,
         )
         self.limiter = trio.CapacityLimiter(pool_size)
+        self._ping_limiter = trio.CapacityLimiter(1)
+        self._ping_answer: tuple[float, bool] | None = None
+        self._ping_running: trio.Event | None = None
+        self._next_probe = 0.0
+        self.pings = 0
+        """Pings that really reached for the database (statistics, tests)."""
+        self.unreachable = False
+        """True from a wait for a connection that timed out until the next success."""
 
     @property
     def url(self) -> str:
@@ -102,7 +160,7 @@ class Database:
         return self._url
 
     def __repr__(self) -> str:
-        return f"Database(pool_size={self.pool_size})"
+        return f"Database(name={self.name!r}, pool_size={self.pool_size})"
 
     async def open(self) -> None:
         """Open the pool and wait until one connection works."""
@@ -133,25 +191,77 @@ class Database:
         only for work whose statements each stand alone, such as a single
         read, where it saves the BEGIN and COMMIT round trips. Cancellation
         waits for ``fn`` to finish: writes are never abandoned halfway.
+
+        Once a wait for a connection timed out (the database cannot be reached),
+        callers fail at once with :class:`StoreUnavailable`, except one per
+        :data:`PROBE_EVERY` seconds that tries again; the first success ends it.
+        So an outage answers quickly instead of queueing every caller behind
+        the pool's wait.
         """
-        return await trio.to_thread.run_sync(
-            partial(self.run_sync, fn, transaction=transaction), limiter=self.limiter
-        )
+        if self.unreachable:
+            now = trio.current_time()
+            if now < self._next_probe:
+                raise StoreUnavailable("the database cannot be reached")
+            self._next_probe = now + PROBE_EVERY
+        try:
+            result = await trio.to_thread.run_sync(
+                partial(self.run_sync, fn, transaction=transaction), limiter=self.limiter
+            )
+        except StoreUnavailable as exc:
+            if isinstance(exc.__cause__, PoolTimeout) and not self.unreachable:
+                log.warning("the database cannot be reached", extra={"pool": self.name})
+                self.unreachable = True
+                self._next_probe = trio.current_time() + PROBE_EVERY
+            raise
+        if self.unreachable:
+            log.info("the database answers again", extra={"pool": self.name})
+            self.unreachable = False
+        return result
 
     async def ping(self) -> bool:
-        """Whether a trivial query answers (``/readyz``)."""
+        """Whether a trivial query answers (``/readyz``).
+
+        An answer is reused for :data:`PING_CACHE` seconds, and callers that
+        arrive while a ping runs wait for that one: however often readiness is
+        polled, the database sees at most one ping a second. The ping has its
+        own worker thread, so it never queues behind API work, waits at most
+        :data:`PING_WAIT` for a connection and gives up (false) a second later.
+        """
+        now = trio.current_time()
+        if self._ping_answer is not None and now - self._ping_answer[0] < PING_CACHE:
+            return self._ping_answer[1]
+        if self._ping_running is not None:
+            await self._ping_running.wait()
+            return self._ping_answer[1] if self._ping_answer is not None else False
+        running = self._ping_running = trio.Event()
         try:
-            with trio.fail_after(5):
-                await self.run(lambda c: c.execute("SELECT 1").fetchone())
-        except (trio.TooSlowError, StoreError):
-            return False
-        return True
+            self.pings += 1
+            ok = False
+            # A read may be abandoned (unlike a write): a server that accepts and never
+            # answers must not hold readiness. The limiter keeps it to one such thread.
+            with trio.move_on_after(PING_WAIT + 1):
+                try:
+                    await trio.to_thread.run_sync(
+                        self._ping_sync, limiter=self._ping_limiter, abandon_on_cancel=True
+                    )
+                    ok = True
+                except StoreError:
+                    ok = False
+            self._ping_answer = (trio.current_time(), ok)
+        finally:
+            self._ping_running = None
+            running.set()
+        return ok
+
+    def _ping_sync(self) -> None:
+        with translate_errors(), self._pool.connection(timeout=PING_WAIT) as conn:
+            conn.execute("SELECT 1").fetchone()
 
 
 def connect_dedicated(url: str, *, autocommit: bool = True) -> Conn:
     """A connection outside the pool (advisory lock holder, LISTEN); autocommit by
     default, so explicit ``conn.transaction()`` blocks are the only transactions."""
     try:
-        return psycopg.connect(url, autocommit=autocommit)
+        return psycopg.connect(url, autocommit=autocommit, **CONNECT_PARAMETERS)
     except psycopg.OperationalError as exc:
         raise StoreUnavailable("the database cannot be reached") from exc

@@ -8,6 +8,13 @@ clock, never from the database's ``now()``, so tests move time by hand.
 
 States: ``available`` -> ``running`` -> ``completed`` | ``failed``, or back to
 ``available`` for a retry (or after a lost lease).
+
+Fencing: every claim takes the job's next ``claim`` number (it never goes
+down, unlike ``attempt``, which a deferral gives back), and every write about a
+claimed job (complete, fail, retry, defer, renew, release) matches
+``(id, claim)`` with state ``running``. A runner whose lease ran out, after
+another runner claimed the job again, matches nothing: each of these functions
+returns the fences that held, so the caller applies effects for those only.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import orjson
 from psycopg import Copy
@@ -51,7 +59,11 @@ class JobSpec:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A claimed job."""
+    """A claimed job.
+
+    ``claim`` is this run's claim number: results carry it (``fence``) so they
+    apply only while this claim still holds the job.
+    """
 
     id: int
     kind: str
@@ -60,10 +72,20 @@ class Job:
     max_attempts: int
     scheduled_at: datetime
     created_at: datetime
+    claim: int = 0
+
+    @property
+    def fence(self) -> Fence:
+        """``(id, claim)``: what every write about this run of the job must match."""
+        return (self.id, self.claim)
 
     def __repr__(self) -> str:
         # args hold IDs; keep them out of reprs that may reach logs.
         return f"Job(id={self.id}, kind={self.kind!r}, attempt={self.attempt})"
+
+
+Fence = tuple[int, int]
+"""``(job id, claim number)`` of one claimed run of a job."""
 
 
 _COPY_CHUNK_ROWS = 256
@@ -215,7 +237,8 @@ def claim(
     kinds: Sequence[str],
     node_id: str | None = None,
 ) -> list[Job]:
-    """Claim up to ``limit`` due jobs of ``kinds``: state running, attempt + 1, a lease.
+    """Claim up to ``limit`` due jobs of ``kinds``: state running, attempt + 1, the next
+    claim number, a lease.
 
     With ``node_id`` (``cluster.mode = "multi"``) jobs targeted at other nodes
     are left alone; without it (a single node) every job is this node's.
@@ -225,12 +248,14 @@ def claim(
     if node_id is not None:
         params += (node_id,)
     rows = conn.execute(
-        "UPDATE bothy.jobs j SET state = 'running', attempt = j.attempt + 1, lease_until = %s"
+        "UPDATE bothy.jobs j SET state = 'running', attempt = j.attempt + 1,"
+        " claim = j.claim + 1, lease_until = %s"
         " FROM (SELECT id FROM bothy.jobs WHERE state = 'available' AND scheduled_at <= %s"
         f"       AND kind = ANY(%s){mine} ORDER BY scheduled_at, id LIMIT %s"
         "       FOR UPDATE SKIP LOCKED) c"
         " WHERE j.id = c.id"
-        " RETURNING j.id, j.kind, j.args, j.attempt, j.max_attempts, j.scheduled_at, j.created_at",
+        " RETURNING j.id, j.kind, j.args, j.attempt, j.max_attempts, j.scheduled_at,"
+        " j.created_at, j.claim",
         (*params, limit),
     ).fetchall()
     jobs = [Job(*r) for r in rows]
@@ -266,68 +291,115 @@ def next_due(conn: Conn, kinds: Sequence[str], node_id: str | None = None) -> da
     return row[0] if row else None
 
 
-def complete(conn: Conn, ids: Iterable[int], now: datetime) -> None:
-    ids = list(ids)
-    if ids:
+_FENCED = "j.id = f.i AND j.claim = f.c AND j.state = 'running'"
+"""The fence of every write about a claimed job (``f`` is the unnested input)."""
+
+
+def _held(rows: list[tuple[Any, ...]]) -> set[Fence]:
+    return {(int(r[0]), int(r[1])) for r in rows}
+
+
+def complete(conn: Conn, fences: Iterable[Fence], now: datetime) -> set[Fence]:
+    """Mark claimed jobs completed; return the fences that held."""
+    fences = list(fences)
+    if not fences:
+        return set()
+    return _held(
         conn.execute(
-            "UPDATE bothy.jobs SET state = 'completed', finished_at = %s, lease_until = NULL"
-            " WHERE id = ANY(%s) AND state = 'running'",
-            (now, ids),
-        )
+            "UPDATE bothy.jobs j SET state = 'completed', finished_at = %s, lease_until = NULL"
+            " FROM unnest(%s::bigint[], %s::bigint[]) AS f(i, c)"
+            f" WHERE {_FENCED} RETURNING j.id, j.claim",
+            (now, [f[0] for f in fences], [f[1] for f in fences]),
+        ).fetchall()
+    )
 
 
-def fail(conn: Conn, failures: Sequence[tuple[int, str]], now: datetime) -> None:
-    if failures:
+def fail(conn: Conn, failures: Sequence[tuple[Fence, str]], now: datetime) -> set[Fence]:
+    """Give claimed jobs up with their error; return the fences that held."""
+    if not failures:
+        return set()
+    return _held(
         conn.execute(
             "UPDATE bothy.jobs j SET state = 'failed', finished_at = %s, lease_until = NULL,"
-            " last_error = f.e FROM unnest(%s::bigint[], %s::text[]) AS f(i, e)"
-            " WHERE j.id = f.i AND j.state = 'running'",
-            (now, [f[0] for f in failures], [f[1] for f in failures]),
-        )
+            " last_error = f.e FROM unnest(%s::bigint[], %s::bigint[], %s::text[]) AS f(i, c, e)"
+            f" WHERE {_FENCED} RETURNING j.id, j.claim",
+            (
+                now,
+                [f[0][0] for f in failures],
+                [f[0][1] for f in failures],
+                [f[1] for f in failures],
+            ),
+        ).fetchall()
+    )
 
 
-def retry(conn: Conn, retries: Sequence[tuple[int, datetime, str]]) -> None:
-    """Make jobs available again at their retry time."""
-    if retries:
+def retry(conn: Conn, retries: Sequence[tuple[Fence, datetime, str]]) -> set[Fence]:
+    """Make claimed jobs available again at their retry time; return the fences
+    that held."""
+    if not retries:
+        return set()
+    return _held(
         conn.execute(
-            "UPDATE bothy.jobs j SET state = 'available', scheduled_at = r.s, lease_until = NULL,"
-            " last_error = r.e FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[])"
-            " AS r(i, s, e) WHERE j.id = r.i AND j.state = 'running'",
-            ([r[0] for r in retries], [r[1] for r in retries], [r[2] for r in retries]),
-        )
+            "UPDATE bothy.jobs j SET state = 'available', scheduled_at = f.s, lease_until = NULL,"
+            " last_error = f.e"
+            " FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::text[])"
+            f" AS f(i, c, s, e) WHERE {_FENCED} RETURNING j.id, j.claim",
+            (
+                [r[0][0] for r in retries],
+                [r[0][1] for r in retries],
+                [r[1] for r in retries],
+                [r[2] for r in retries],
+            ),
+        ).fetchall()
+    )
 
 
-def renew(conn: Conn, ids: Sequence[int], until: datetime) -> None:
-    """Extend the lease of jobs this runner is still running."""
-    if ids:
+def renew(conn: Conn, fences: Sequence[Fence], until: datetime) -> set[Fence]:
+    """Extend the lease of jobs this runner still holds; return the fences that held
+    (the others were lost: their lease ran out and another runner took them)."""
+    if not fences:
+        return set()
+    return _held(
         conn.execute(
-            "UPDATE bothy.jobs SET lease_until = %s WHERE id = ANY(%s) AND state = 'running'",
-            (until, list(ids)),
-        )
+            "UPDATE bothy.jobs j SET lease_until = %s"
+            f" FROM unnest(%s::bigint[], %s::bigint[]) AS f(i, c) WHERE {_FENCED}"
+            " RETURNING j.id, j.claim",
+            (until, [f[0] for f in fences], [f[1] for f in fences]),
+        ).fetchall()
+    )
 
 
-def defer(conn: Conn, deferred: Sequence[tuple[int, datetime]]) -> None:
-    """Put running jobs back for later without counting their attempt."""
-    if deferred:
+def defer(conn: Conn, deferred: Sequence[tuple[Fence, datetime]]) -> set[Fence]:
+    """Put claimed jobs back for later without counting their attempt; return the
+    fences that held."""
+    if not deferred:
+        return set()
+    return _held(
         conn.execute(
-            "UPDATE bothy.jobs j SET state = 'available', scheduled_at = d.s, lease_until = NULL,"
+            "UPDATE bothy.jobs j SET state = 'available', scheduled_at = f.s, lease_until = NULL,"
             " attempt = greatest(j.attempt - 1, 0)"
-            " FROM unnest(%s::bigint[], %s::timestamptz[]) AS d(i, s)"
-            " WHERE j.id = d.i AND j.state = 'running'",
-            ([d[0] for d in deferred], [d[1] for d in deferred]),
-        )
+            " FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[]) AS f(i, c, s)"
+            f" WHERE {_FENCED} RETURNING j.id, j.claim",
+            ([d[0][0] for d in deferred], [d[0][1] for d in deferred], [d[1] for d in deferred]),
+        ).fetchall()
+    )
 
 
-def release(conn: Conn, ids: Iterable[int]) -> None:
+def release(conn: Conn, fences: Iterable[Fence]) -> set[Fence]:
     """Give back claimed jobs that did not run to the end (shutdown); the attempt is
-    not counted."""
-    ids = list(ids)
-    if ids:
+    not counted. Returns the fences that held."""
+    fences = list(fences)
+    if not fences:
+        return set()
+    return _held(
         conn.execute(
-            "UPDATE bothy.jobs SET state = 'available', lease_until = NULL,"
-            " attempt = greatest(attempt - 1, 0) WHERE id = ANY(%s) AND state = 'running'",
-            (ids,),
-        )
+            "UPDATE bothy.jobs j SET state = 'available', lease_until = NULL,"
+            " attempt = greatest(j.attempt - 1, 0)"
+            f" FROM unnest(%s::bigint[], %s::bigint[]) AS f(i, c) WHERE {_FENCED}"
+            " RETURNING j.id, j.claim",
+            ([f[0] for f in fences], [f[1] for f in fences]),
+        ).fetchall()
+    )
 
 
 def rescue_expired(conn: Conn, now: datetime) -> tuple[int, int]:
