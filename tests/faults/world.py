@@ -28,15 +28,15 @@ Event = tuple[str, dict[str, Any]]
 
 def append_outbox(url: str, events: Sequence[Event]) -> list[int]:
     """Append ``events`` in one transaction through ``bothy.append_event`` (blocking)."""
+    seqs: list[int] = []
     with psycopg.connect(url) as conn, conn.transaction():
-        return [
-            int(
-                conn.execute(
-                    "SELECT bothy.append_event(%s, %s::jsonb)", (t, json.dumps(p))
-                ).fetchone()[0]
-            )  # type: ignore[index]
-            for t, p in events
-        ]
+        for event_type, payload in events:
+            row = conn.execute(
+                "SELECT bothy.append_event(%s, %s::jsonb)", (event_type, json.dumps(payload))
+            ).fetchone()
+            assert row is not None
+            seqs.append(int(row[0]))
+    return seqs
 
 
 async def append(url: str, events: Sequence[Event]) -> list[int]:
