@@ -45,6 +45,8 @@ class WebhookReceiver:
     stalled: int = 0
     port: int = 0
     changed: trio.Event = field(default_factory=trio.Event)
+    hostnames: tuple[str, ...] = (HOST, "other.bothy.test")
+    """Names the receiver's certificate is issued for."""
 
     def url(self, path: str = "/hook", host: str = HOST) -> str:
         return f"https://{host}:{self.port}{path}"
@@ -55,7 +57,7 @@ class WebhookReceiver:
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         app = Starlette(routes=[Route("/{path:path}", self._hook, methods=["POST", "GET"])])
         async with trio.open_nursery() as nursery:
-            self.port = await nursery.start(serve_tls, app, self.ca, HOST, "other.bothy.test")
+            self.port = await nursery.start(serve_tls, app, self.ca, *self.hostnames)
             task_status.started(self.port)
 
     async def _hook(self, request: Request) -> Response:
