@@ -110,7 +110,7 @@ async def test_a_full_scenario_logs_no_ids_tokens_urls_or_secrets(
 
                 # Hostile and refused requests, each carrying marked values.
                 other = {"authorization": "Bearer " + device_token(OTHER, f"d-{MARK}", "web")}
-                for method, path, headers, body in (
+                requests: list[tuple[str, str, dict[str, str], object]] = [
                     (
                         "GET",
                         "/v1/registrations",
@@ -147,7 +147,8 @@ async def test_a_full_scenario_logs_no_ids_tokens_urls_or_secrets(
                         },
                         {"events": []},
                     ),
-                ):
+                ]
+                for method, path, headers, body in requests:
                     answer = await http.request(method, f"{api}{path}", headers=headers, json=body)
                     assert answer.status_code < 500, (path, answer.text)
                     if answer.status_code >= 400:  # an error message never echoes a value
