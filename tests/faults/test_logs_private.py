@@ -148,8 +148,10 @@ async def test_a_full_scenario_logs_no_ids_tokens_urls_or_secrets(
                         {"events": []},
                     ),
                 ]
-                for method, path, headers, body in requests:
-                    answer = await http.request(method, f"{api}{path}", headers=headers, json=body)
+                for method, path, headers, payload in requests:
+                    answer = await http.request(
+                        method, f"{api}{path}", headers=headers, json=payload
+                    )
                     assert answer.status_code < 500, (path, answer.text)
                     if answer.status_code >= 400:  # an error message never echoes a value
                         assert MARK not in answer.text, (path, answer.text)
