@@ -40,17 +40,19 @@ DaemonFactory = Callable[..., Awaitable[DaemonProcess]]
 @pytest.fixture
 async def daemons(fault_db: str, tmp_path: Path) -> AsyncIterator[DaemonFactory]:
     """Start daemon processes on this test's database:
-    ``node = await daemons("a", notify={...})``; all are killed at the end."""
+    ``node = await daemons("a", env={...}, notify={...})``; all are killed at the end."""
     started: list[DaemonProcess] = []
 
-    async def start(name: str = "node", **sections: Any) -> DaemonProcess:
+    async def start(
+        name: str = "node", *, env: dict[str, str] | None = None, **sections: Any
+    ) -> DaemonProcess:
         config = write_config(
             tmp_path / f"{name}.toml",
             fault_db,
             record_file=tmp_path / "pushes.jsonl",
             **sections,
         )
-        node = DaemonProcess(config_file=config, log_file=tmp_path / f"{name}.log")
+        node = DaemonProcess(config_file=config, log_file=tmp_path / f"{name}.log", env=env or {})
         started.append(node)
         return await node.start()
 

@@ -14,7 +14,14 @@ import pytest
 import trio
 
 from tests.faults.conftest import DaemonFactory
-from tests.faults.world import World, append, count_pushes, register_phone, wait_settled
+from tests.faults.world import (
+    World,
+    append,
+    count_pushes,
+    dead_letter_count,
+    register_phone,
+    wait_settled,
+)
 from tests.harness import device_token
 from tests.procs import PgCluster
 
@@ -101,5 +108,6 @@ async def test_the_daemon_rides_out_a_database_outage(
     expected = {(m, t) for m in world.sent for t in tokens}
     pushes = count_pushes(node.config_file.parent / "pushes.jsonl", expected)
     print(f"outage={OUTAGE}s producer_retries={retries[0]} pushes={pushes}")
+    assert dead_letter_count(fault_db) == 0  # every event decided, none set aside
     assert pushes.missing == 0
     assert pushes.unexpected == 0

@@ -19,7 +19,15 @@ import trio
 import trio_websocket
 
 from tests.faults.conftest import DaemonFactory
-from tests.faults.world import World, append, count_pushes, produce, register_phone, wait_settled
+from tests.faults.world import (
+    World,
+    append,
+    count_pushes,
+    dead_letter_count,
+    produce,
+    register_phone,
+    wait_settled,
+)
 from tests.gateway.client import GatewayClient, identify
 from tests.harness import device_token
 from tests.procs import DaemonProcess
@@ -131,6 +139,7 @@ async def test_sigkill_at_random_points_under_load_loses_nothing(
     expected = {(m, t) for m in world.sent for t in tokens}
     pushes = count_pushes(node.config_file.parent / "pushes.jsonl", expected)
     print(f"kills={KILLS} events={appended} pushes={pushes}")
+    assert dead_letter_count(fault_db) == 0  # every event decided, none set aside
     assert pushes.missing == 0
     assert pushes.unexpected == 0
     assert pushes.duplicates <= KILLS * CONCURRENCY

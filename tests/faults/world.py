@@ -124,6 +124,14 @@ def progress(url: str) -> tuple[int, int, int]:
     return int(row[0]), int(row[1]), int(row[2])
 
 
+def dead_letter_count(url: str) -> int:
+    """Events the round set aside (none, in a run without poison events)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM bothy.dead_letters").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 async def wait_settled(url: str, timeout: float = 120.0) -> tuple[int, int, int]:
     """Wait until every event is consumed and no job is due or running."""
     with trio.fail_after(timeout):
@@ -131,6 +139,26 @@ async def wait_settled(url: str, timeout: float = 120.0) -> tuple[int, int, int]
             state = await trio.to_thread.run_sync(progress, url)
             if state[1] == 0 and state[2] == 0:
                 return state
+            await trio.sleep(0.1)
+
+
+def unfinished_jobs(url: str) -> int:
+    """Jobs not finished yet, due or not (retries wait in the future)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM bothy.jobs WHERE state IN ('available', 'running')"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def wait_finished(url: str, timeout: float = 120.0) -> None:
+    """Wait until every event is consumed and every job finished, retries included."""
+    with trio.fail_after(timeout):
+        while True:
+            _appended, behind, _busy = await trio.to_thread.run_sync(progress, url)
+            if behind == 0 and await trio.to_thread.run_sync(unfinished_jobs, url) == 0:
+                return
             await trio.sleep(0.1)
 
 

@@ -1,0 +1,100 @@
+"""A poison event in the middle of 1,000 good ones: 999 decided, 1 dead-lettered,
+no restart.
+
+The poison event has a type that a newer node's migration added (its schema is
+in ``bothy.event_types``, so the outbox accepts it) and that the running code
+does not know. The daemon, a real ``bothy-notify run`` process, must decide the
+other 999 events exactly (every phone push recorded once), set the poison one
+aside where ``bothy-notify events dead-letters`` shows it, count it in
+``bothy_events_dead_lettered_total``, and keep running in the same process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+import trio
+
+from tests.faults.conftest import DaemonFactory
+from tests.faults.world import World, append, count_pushes, register_phone, wait_settled
+
+pytestmark = pytest.mark.slow
+
+GOOD = 999
+POISON_AT = 500
+
+
+def add_future_type(url: str) -> None:
+    """What a newer node's migration would do: a new event type the outbox accepts."""
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO bothy.event_types (type, schema)"
+            " VALUES ('future.thing', '{\"type\": \"object\"}') ON CONFLICT (type) DO NOTHING"
+        )
+
+
+def dead_letters(config_file: Path) -> str:
+    """``bothy-notify events dead-letters``, as an operator runs it."""
+    command = [sys.executable, "-m", "bothy_notify.cli", "events", "dead-letters"]
+    done = subprocess.run(
+        [*command, "--config", str(config_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def dead_lettered_total(metrics: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("bothy_events_dead_lettered_total{")
+    )
+
+
+async def test_a_poison_event_among_a_thousand_is_set_aside_and_the_rest_decided(
+    daemons: DaemonFactory, fault_db: str
+) -> None:
+    world = World(people=[f"person-{i}" for i in range(3)], threads=["thread-0", "thread-1"])
+    node = await daemons("a", notify={"coalesce_window": "0s", "batch_size": 200})
+    await append(fault_db, world.setup_events())
+    tokens = set()
+    async with httpx.AsyncClient(timeout=10) as http:
+        for person in world.people:
+            await register_phone(http, node.api, person)
+            tokens.add(f"phone-token-{person}")
+        await wait_settled(fault_db)
+        pid = node.pid
+        await trio.to_thread.run_sync(add_future_type, fault_db)
+
+        events = [world.message(n) for n in range(POISON_AT)]
+        events.append(("future.thing", {"note": "a field this release never heard of"}))
+        events += [world.message(n) for n in range(POISON_AT, GOOD)]
+        for start in range(0, len(events), 100):  # ten producer transactions
+            await append(fault_db, events[start : start + 100])
+        appended, behind, busy = await wait_settled(fault_db, timeout=180)
+
+        metrics = (await http.get(f"{node.api_url}/metrics")).text
+        ready = await http.get(f"{node.api_url}/readyz")
+    assert behind == 0 and busy == 0
+    assert node.pid == pid and node.alive() and node.starts == 1, "the daemon restarted"
+    assert ready.status_code == 200, ready.text
+    assert dead_lettered_total(metrics) == 1
+    listed = dead_letters(node.config_file)
+    assert "future.thing" in listed and "1 dead letter(s)" in listed, listed
+
+    expected = {(m, t) for m in world.sent for t in tokens}
+    pushes = count_pushes(node.config_file.parent / "pushes.jsonl", expected)
+    print(f"events={appended} good={GOOD} pushes={pushes}")
+    assert len(world.sent) == GOOD
+    assert pushes.missing == 0 and pushes.unexpected == 0 and pushes.duplicates == 0
