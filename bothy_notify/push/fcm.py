@@ -20,6 +20,11 @@ Answers become outcomes here and nowhere else, in this order (SPEC section 10):
 5. Everything else, ``INVALID_ARGUMENT`` included: rejected (a payload bug
    must never delete registrations).
 
+No answer at all (timeout, connection, DNS, TLS or protocol error) is
+transient, 10 s minimum. Sends share one HTTP/2 connection
+(:class:`~.http2.Http2Client`: libcurl in one thread); the token endpoint is
+called through google-auth in a worker thread.
+
 A longer ``Retry-After`` is honoured up to 300 s. A 401 means the access token
 was refused: it is dropped, a new one fetched and the message resent once
 within the same deadline; a second 401 is rejected.
@@ -43,7 +48,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import google.auth.exceptions
-import httpx
+import orjson
 import requests
 import trio
 from google.auth.transport.requests import Request as GoogleRequest
@@ -51,18 +56,17 @@ from google.oauth2 import service_account
 
 from bothy_notify.config import ConfigError, FcmConfig
 from bothy_notify.kernel.clock import Clock
+from bothy_notify.push.http2 import Http2Client
 from bothy_notify.push.port import Outcome, PushMessage, Target
-from bothy_notify.push.streams import provider_client
 from bothy_notify.push.transport import (
-    BACKSTOP_TIMEOUT,
     REQUEST_BOUND,
     LogThrottle,
+    NoAnswer,
     check_https_url,
     parse_retry_after,
     retry_delay,
     safe_reason,
     ssl_context,
-    transport_reason,
 )
 
 log = logging.getLogger("bothy.push.fcm")
@@ -282,8 +286,13 @@ def _details(body: bytes) -> tuple[str, list[str], bool]:
     return status, codes, quota
 
 
-def fcm_outcome(status: int, body: bytes, retry_after: timedelta | None = None) -> Outcome:
-    """The outcome of one FCM answer; pure. See the module docstring for the order."""
+def fcm_outcome(
+    status: int | NoAnswer, body: bytes = b"", retry_after: timedelta | None = None
+) -> Outcome:
+    """The outcome of one FCM answer, or of no answer (:class:`~.transport.NoAnswer`:
+    transient with its reason); pure. See the module docstring for the order."""
+    if isinstance(status, NoAnswer):
+        return Outcome.transient(status.reason, TRANSIENT_MINIMUM)
     if status == 200:
         return Outcome.delivered()
     error_status, codes, quota = _details(body)
@@ -331,11 +340,8 @@ class FcmProvider:
         self.tokens = tokens
         self._clock = clock
         self._bound = request_bound
-        self._client = provider_client(
-            ssl_context(ca_file, key="push.fcm.ca_file"),
-            limits=httpx.Limits(max_keepalive_connections=16, keepalive_expiry=120.0),
-            timeout=BACKSTOP_TIMEOUT,
-        )
+        ssl_context(ca_file, key="push.fcm.ca_file")  # a bad CA file fails here, naming the key
+        self._client = Http2Client(ca_file=ca_file, name="fcm")
         self._throttle = LogThrottle()
 
     @classmethod
@@ -377,25 +383,21 @@ class FcmProvider:
 
         Cancellation abandons the request (and a token fetch in its thread).
         """
-        content = json.dumps(self.message(target, message), separators=(",", ":")).encode()
+        content = orjson.dumps(self.message(target, message))
         token = await self._token()
         if isinstance(token, Outcome):
             return token
         with trio.move_on_after(self._bound):
             resent = False
             while True:
-                try:
-                    response = await self._client.post(
-                        self._url,
-                        content=content,
-                        headers={
-                            "authorization": f"Bearer {token}",
-                            "content-type": "application/json",
-                        },
-                    )
-                except httpx.HTTPError as exc:
-                    return Outcome.transient(transport_reason(exc), TRANSIENT_MINIMUM)
-                if response.status_code == 401:
+                answer = await self._client.request(
+                    self._url,
+                    [f"authorization: Bearer {token}", "content-type: application/json"],
+                    content,
+                )
+                if isinstance(answer, NoAnswer):
+                    return fcm_outcome(answer)
+                if answer.status == 401:
                     self.tokens.invalidate(token)
                     if not resent:
                         resent = True
@@ -405,13 +407,13 @@ class FcmProvider:
                         continue
                     return self._refused("UNAUTHENTICATED")
                 outcome = fcm_outcome(
-                    response.status_code,
-                    response.content,
-                    parse_retry_after(response.headers.get("retry-after"), self._clock.now()),
+                    answer.status,
+                    answer.body,
+                    parse_retry_after(answer.header("retry-after"), self._clock.now()),
                 )
                 self._explain(outcome)
                 return outcome
-        return Outcome.transient("timeout", TRANSIENT_MINIMUM)
+        return fcm_outcome(NoAnswer("timeout"))
 
     async def _token(self) -> str | Outcome:
         with trio.move_on_after(self._bound):
@@ -443,5 +445,5 @@ class FcmProvider:
             )
 
     async def aclose(self) -> None:
-        """Close the connections."""
+        """Close the connections (and stop the client's thread)."""
         await self._client.aclose()
