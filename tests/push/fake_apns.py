@@ -102,6 +102,7 @@ class FakeApns:
         self.protocol_errors: list[str] = []
         self.count = 0
         self.connections = 0
+        self.resets = 0  # streams the client reset (RST_STREAM), e.g. a cancelled send
         self.script: dict[str, list[Answer]] = {}
         self.default = Answer()
         self.stalling = False
@@ -225,14 +226,17 @@ class FakeApns:
                             else:
                                 self._respond(conn, sid, answer, apns_id(head))
                         elif isinstance(event, h2.events.StreamReset):
+                            self.resets += 1
+                            changed, self.changed = self.changed, trio.Event()
+                            changed.set()
                             heads.pop(event.stream_id, None)
                             bodies.pop(event.stream_id, None)
                         elif isinstance(event, h2.events.ConnectionTerminated):
                             nursery.cancel_scope.cancel()
                     await flush()
                 nursery.cancel_scope.cancel()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h2.exceptions.ProtocolError):
-            pass
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, h2.exceptions.ProtocolError):
+            pass  # the client went away (also from inside the nursery, as a group)
         finally:
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True
