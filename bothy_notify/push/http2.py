@@ -165,6 +165,8 @@ class Http2Client:
         self._token: trio.lowlevel.TrioToken | None = None
         self._stopping = False
         self._closed = False
+        self._kick = trio.Event()  # set: the curl thread has requests to take
+        self._kicker = trio.CancelScope()
         # Curl-thread state (only that thread touches these once it runs).
         self._timer: float | None = None
         self._watched: set[int] = set()
@@ -203,7 +205,16 @@ class Http2Client:
 
     def _post(self, transfer: _Transfer) -> None:
         self._inbox.append(transfer)
-        os.eventfd_write(self._wake_fd, 1)
+        self._kick.set()
+
+    async def _wake_curl_thread(self) -> None:
+        # One wake-up per turn of Trio's loop, however many requests that turn made:
+        # each wake-up costs a system call and a hand-over of the GIL.
+        with self._kicker:
+            while True:
+                await self._kick.wait()
+                self._kick = trio.Event()
+                os.eventfd_write(self._wake_fd, 1)
 
     def _start(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
@@ -220,6 +231,7 @@ class Http2Client:
             target=self._run, name=f"bothy-push-{self._name}", daemon=True
         )
         self._thread.start()
+        trio.lowlevel.spawn_system_task(self._wake_curl_thread, name=f"bothy-push-{self._name}")
 
     def _deliver(self, done: list[_Transfer]) -> None:
         # Runs in the Trio thread: a transfer whose task was cancelled is not woken.
@@ -238,10 +250,12 @@ class Http2Client:
         if thread is None:
             return
         self._stopping = True
+        self._kicker.cancel()
         os.eventfd_write(self._wake_fd, 1)
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(thread.join)
         os.close(self._wake_fd)
+        self._wake_fd = -1
         self._thread = None
 
     # ------------------------------------------------------------------ curl thread

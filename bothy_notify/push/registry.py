@@ -66,10 +66,13 @@ class Providers:
         if provider is None:
             return Outcome.rejected("provider_not_configured")
         limiter = self._limiters[target.provider]
-        with trio.move_on_after(permit_wait) as waiting:
-            await limiter.acquire()
-        if waiting.cancelled_caught:
-            return None
+        try:
+            limiter.acquire_nowait()  # the common case: a permit is free, no deadline needed
+        except trio.WouldBlock:
+            with trio.move_on_after(permit_wait) as waiting:
+                await limiter.acquire()
+            if waiting.cancelled_caught:
+                return None
         try:
             with trio.move_on_after(SEND_BOUND.total_seconds()):
                 return await provider.send(target, message)
