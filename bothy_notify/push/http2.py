@@ -1,4 +1,4 @@
-"""HTTP/2 to a push provider through libcurl's multi interface, driven from one thread.
+"""HTTP/2 to a push provider through libcurl's multi interface, driven by Trio.
 
 Why not httpx: a push is one small request, and the pure-Python layers
 (httpx -> httpcore -> h2 -> hpack -> Trio's TLS stream over ``ssl.MemoryBIO``)
@@ -6,24 +6,27 @@ cost about a millisecond of CPU each; libcurl with nghttp2 and OpenSSL (the
 ``pycurl`` wheel bundles all three) costs tens of microseconds. The
 measurement is in ``docs/performance.md`` and ``bench/http2_clients.py``.
 
-Shape::
+Shape: libcurl's socket interface (``curl_multi_socket_action``) run on
+Trio's own thread. libcurl says which sockets it wants watched and when its
+timer is due; Trio waits for them (``wait_readable``/``wait_writable``, a
+cancel scope's deadline), and each readiness is one call into libcurl, which
+does the TLS and HTTP/2 work in C with the GIL released. No thread is added,
+so nothing pays for hand-overs between threads: requests made in one turn of
+Trio's loop leave in one TLS write, and the answers read in one call wake
+their tasks directly.
 
-    Trio tasks ── request: deque + eventfd ──────────────> curl thread
-                                                           epoll + curl_multi_socket_action,
-                                                           one HTTP/2 connection per host
-    waiting tasks <── answers, batched per loop turn ───── (TrioToken.run_sync_soon)
-
-Only the curl thread touches libcurl. A request is a value in, a value out:
+A request is a value in, a value out:
 :class:`~.transport.ProviderAnswer` when the provider answered (whatever the
 status), :class:`~.transport.NoAnswer` when it did not (connection, DNS, TLS,
 protocol failure, or the backstop timeout), so the providers' pure mappers can
 tell "no answer" apart from "answered 5xx".
 
 Cancellation (the lessons of ``push/streams.py`` hold by construction): a
-cancelled :meth:`Http2Client.request` raises ``Cancelled`` at once and tells
-the curl thread, which removes the transfer from the multi handle. libcurl owns
-every byte of the connection's framing and HPACK state in that one thread, so a
-cancellation can never drop bytes the protocol believes were sent: an HTTP/2
+cancelled :meth:`Http2Client.request` raises ``Cancelled`` at once, and the
+client's driver task removes the transfer from the multi handle. libcurl owns
+every byte of the connection's framing and HPACK state and never leaves a write
+half done between two calls, so a cancellation can never drop bytes the
+protocol believes were sent: an HTTP/2
 stream is reset (``RST_STREAM``) and the connection stays usable; a transfer
 removed while its connection is still being set up (TCP or TLS handshake) gives
 that half-made connection up, socket included. Callers bound requests with
@@ -33,13 +36,8 @@ backstop only.
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import logging
-import os
-import select
-import threading
-import time
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -90,25 +88,15 @@ def no_answer_reason(code: int) -> str:
 
 
 class _Transfer:
-    """One request, shared by its Trio task and the curl thread.
+    """One request: its waiting task, and its easy handle while it runs."""
 
-    The Trio side sets ``cancelled`` (once); the curl thread sets everything
-    else. ``result`` is handed back in the Trio thread, where ``cancelled`` is
-    read, so the two never race.
-    """
+    __slots__ = ("body", "cancelled", "easy", "task")
 
-    __slots__ = ("body", "cancelled", "easy", "headers", "result", "task", "url")
-
-    def __init__(
-        self, url: str, headers: Sequence[str], body: bytes, task: trio.lowlevel.Task
-    ) -> None:
-        self.url = url
-        self.headers = headers
-        self.body = body
+    def __init__(self, body: bytes, task: trio.lowlevel.Task) -> None:
+        self.body = body  # the bytes libcurl sends from, alive until the transfer ends
         self.task = task
         self.cancelled = False
         self.easy: _Easy | None = None
-        self.result: ProviderAnswer | NoAnswer | None = None
 
 
 class _Easy:
@@ -141,16 +129,34 @@ class _Easy:
         )
 
 
+class _Watch:
+    """One socket libcurl wants watched: a reader and a writer task wait for it.
+
+    Each task waits only while libcurl wants that direction (``want_*``; the
+    ``*_wanted`` events wake it when it does again); a readiness that arrives
+    after libcurl stopped wanting it costs one harmless call into libcurl.
+    """
+
+    __slots__ = ("fd", "in_wanted", "out_wanted", "want_in", "want_out")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.want_in = False
+        self.want_out = False
+        self.in_wanted = trio.Event()
+        self.out_wanted = trio.Event()
+
+
 class Http2Client:
-    """HTTP/2 POSTs over libcurl, one connection per host, from one curl thread.
+    """HTTP/2 POSTs over libcurl, one connection per host, driven by Trio.
 
     Args:
         ca_file: the CA bundle to verify the provider with (empty: certifi's, the
             same bundle httpx uses).
-        name: names the thread (``bothy-push-<name>``).
+        name: names the driver task (``bothy-push-<name>``).
 
-    The thread starts with the first request, in the Trio run that made it, and
-    stops in :meth:`aclose`.
+    The client starts with the first request, in the Trio run that made it
+    (a system task of that run drives libcurl), and stops in :meth:`aclose`.
     """
 
     def __init__(self, *, ca_file: str = "", name: str = "provider") -> None:
@@ -159,25 +165,20 @@ class Http2Client:
             raise RuntimeError("pycurl's libcurl has no HTTP/2 support; install the pycurl wheel")
         self._ca_file = ca_file or certifi.where()
         self._name = name
-        self._inbox: collections.deque[_Transfer] = collections.deque()
-        self._wake_fd = -1
-        self._thread: threading.Thread | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stopping = False
-        self._closed = False
-        self._kick = trio.Event()  # set: the curl thread has requests to take
-        self._kicker = trio.CancelScope()
-        # Curl-thread state (only that thread touches these once it runs).
-        self._timer: float | None = None
-        self._watched: set[int] = set()
-        self._epoll: Any = None
         self._multi: Any = None
+        self._nursery: trio.Nursery | None = None
+        self._driver = trio.CancelScope()
+        self._closed = False
+        self._idle: list[_Easy] = []
         self._running: dict[Any, _Easy] = {}  # pycurl.Curl -> its _Easy, while in the multi
+        self._watched: dict[int, _Watch] = {}
+        self._timer_at = math.inf
+        self._timer_scope: trio.CancelScope | None = None
+        self._cancelled: list[_Transfer] = []
+        self._work = trio.Event()  # set: cancelled transfers to remove
 
     def __repr__(self) -> str:
         return f"Http2Client({self._name!r})"
-
-    # ------------------------------------------------------------------ Trio side
 
     async def request(
         self, url: str, headers: Sequence[str], body: bytes
@@ -185,228 +186,213 @@ class Http2Client:
         """POST ``body`` to ``url`` with ``headers`` (``"name: value"`` lines).
 
         Returns the answer, whatever its status, or :class:`NoAnswer` when none
-        came. Cancellation: raises at once; the transfer is reset in the curl
-        thread and the connection stays usable for other requests.
+        came. Cancellation: raises at once; the transfer is then reset (its
+        HTTP/2 stream only) and the connection stays usable for other requests.
         """
         if self._closed:
             raise trio.ClosedResourceError("the provider client is closed")
-        if self._thread is None:
+        if self._multi is None:
             self._start()
-        transfer = _Transfer(url, headers, body, trio.lowlevel.current_task())
-        self._post(transfer)
+        transfer = _Transfer(body, trio.lowlevel.current_task())
+        easy = self._idle.pop() if self._idle else _Easy(self._ca_file)
+        curl = easy.curl
+        curl.setopt(pycurl.URL, url)
+        curl.setopt(pycurl.HTTPHEADER, headers)
+        curl.setopt(pycurl.POSTFIELDS, body)
+        easy.transfer = transfer
+        transfer.easy = easy
+        try:
+            # libcurl sets its timer to "now": the timer task starts every transfer
+            # added in this turn of Trio's loop with one call.
+            self._multi.add_handle(curl)
+        except pycurl.error:
+            self._recycle(easy)
+            return NoAnswer("network_error")
+        self._running[curl] = easy
 
         def abort(_: Any) -> trio.lowlevel.Abort:
             transfer.cancelled = True
-            self._post(transfer)  # the curl thread removes it if it is running
+            self._cancelled.append(transfer)
+            self._work.set()
             return trio.lowlevel.Abort.SUCCEEDED
 
         result: ProviderAnswer | NoAnswer = await trio.lowlevel.wait_task_rescheduled(abort)
         return result
 
-    def _post(self, transfer: _Transfer) -> None:
-        self._inbox.append(transfer)
-        self._kick.set()
+    async def aclose(self) -> None:
+        """Close the connections; requests still waiting get :class:`NoAnswer` (``closed``)."""
+        self._closed = True
+        self._shut_down(NoAnswer("closed"))
+        await trio.lowlevel.checkpoint()
 
-    async def _wake_curl_thread(self) -> None:
-        # One wake-up per turn of Trio's loop, however many requests that turn made:
-        # each wake-up costs a system call and a hand-over of the GIL.
-        with self._kicker:
-            while True:
-                await self._kick.wait()
-                self._kick = trio.Event()
-                os.eventfd_write(self._wake_fd, 1)
+    def _shut_down(self, result: NoAnswer) -> None:
+        """Stop the driver, answer every waiting request with ``result``, close libcurl."""
+        multi, self._multi = self._multi, None
+        if multi is None:
+            return
+        self._driver.cancel()
+        self._driver = trio.CancelScope()
+        self._nursery = None
+        self._timer_scope = None
+        self._timer_at = math.inf
+        for fd in list(self._watched):
+            del self._watched[fd]
+            trio.lowlevel.notify_closing(fd)  # before libcurl closes it
+        self._cancelled.clear()
+        for easy in list(self._running.values()):
+            multi.remove_handle(easy.curl)
+            transfer = easy.transfer
+            if transfer is not None and not transfer.cancelled:
+                trio.lowlevel.reschedule(transfer.task, outcome.Value(result))
+            easy.curl.close()
+        self._running.clear()
+        for easy in self._idle:
+            easy.curl.close()
+        self._idle.clear()
+        multi.close()
+
+    # ------------------------------------------------------------------ driving libcurl
 
     def _start(self) -> None:
-        self._token = trio.lowlevel.current_trio_token()
-        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._epoll = select.epoll()
-        self._epoll.register(self._wake_fd, select.EPOLLIN)
-        self._multi = pycurl.CurlMulti()
-        self._multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
-        self._multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
-        self._multi.setopt(pycurl.M_PIPELINING, pycurl.PIPE_MULTIPLEX)
-        self._multi.setopt(pycurl.M_MAX_HOST_CONNECTIONS, 1)
-        self._multi.setopt(pycurl.M_MAX_CONCURRENT_STREAMS, MAX_STREAMS)
-        self._thread = threading.Thread(
-            target=self._run, name=f"bothy-push-{self._name}", daemon=True
-        )
-        self._thread.start()
-        trio.lowlevel.spawn_system_task(self._wake_curl_thread, name=f"bothy-push-{self._name}")
+        multi = pycurl.CurlMulti()
+        multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
+        multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
+        multi.setopt(pycurl.M_PIPELINING, pycurl.PIPE_MULTIPLEX)
+        multi.setopt(pycurl.M_MAX_HOST_CONNECTIONS, 1)
+        multi.setopt(pycurl.M_MAX_CONCURRENT_STREAMS, MAX_STREAMS)
+        self._multi = multi
+        trio.lowlevel.spawn_system_task(self._drive, name=f"bothy-push-{self._name}")
 
-    def _deliver(self, done: list[_Transfer]) -> None:
-        # Runs in the Trio thread: a transfer whose task was cancelled is not woken.
-        for transfer in done:
-            if not transfer.cancelled:
-                assert transfer.result is not None
-                trio.lowlevel.reschedule(transfer.task, outcome.Value(transfer.result))
+    async def _drive(self) -> None:
+        try:
+            with self._driver:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    nursery.start_soon(self._run_timer)
+                    await self._remove_cancelled()
+        except Exception:
+            # A bug here must not end the daemon (this is a system task): every
+            # waiting send gets no answer (transient), and the next request starts over.
+            log.exception("the provider client failed; starting over with new connections")
+            self._shut_down(NoAnswer("network_error"))
 
-    async def aclose(self) -> None:
-        """Stop the curl thread and close the connections; waits for the thread.
+    async def _remove_cancelled(self) -> None:
+        while True:
+            await self._work.wait()
+            self._work = trio.Event()
+            if self._multi is None:
+                return  # closed meanwhile
+            cancelled, self._cancelled = self._cancelled, []
+            for transfer in cancelled:
+                easy = transfer.easy
+                if easy is not None and easy.transfer is transfer:
+                    # Reset that stream only; libcurl keeps the connection.
+                    self._multi.remove_handle(easy.curl)
+                    del self._running[easy.curl]
+                    self._recycle(easy)
+            self._collect()
 
-        Requests still waiting get :class:`NoAnswer` (``closed``).
-        """
-        self._closed = True
-        thread = self._thread
-        if thread is None:
-            return
-        self._stopping = True
-        self._kicker.cancel()
-        os.eventfd_write(self._wake_fd, 1)
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(thread.join)
-        os.close(self._wake_fd)
-        self._wake_fd = -1
-        self._thread = None
+    async def _run_timer(self) -> None:
+        while True:
+            with trio.CancelScope(deadline=self._timer_at) as scope:
+                self._timer_scope = scope
+                await trio.sleep_forever()
+            self._timer_scope = None
+            if trio.current_time() >= self._timer_at:
+                self._timer_at = math.inf
+                self._act(pycurl.SOCKET_TIMEOUT, 0)
 
-    # ------------------------------------------------------------------ curl thread
+    def _on_timer(self, timeout_ms: int) -> None:
+        self._timer_at = math.inf if timeout_ms < 0 else trio.current_time() + timeout_ms / 1000
+        if self._timer_scope is not None:
+            self._timer_scope.deadline = self._timer_at
 
     def _on_socket(self, what: int, fd: int, multi: Any, data: Any) -> None:
         if what == pycurl.POLL_REMOVE:
-            if fd in self._watched:
-                self._watched.discard(fd)
-                with contextlib.suppress(OSError):  # libcurl may have closed it already
-                    self._epoll.unregister(fd)
+            watch = self._watched.pop(fd, None)
+            if watch is not None:
+                watch.in_wanted.set()  # wake both tasks: they see they are done
+                watch.out_wanted.set()
+                trio.lowlevel.notify_closing(fd)  # libcurl may close it next
             return
-        mask = 0
-        if what in (pycurl.POLL_IN, pycurl.POLL_INOUT):
-            mask |= select.EPOLLIN
-        if what in (pycurl.POLL_OUT, pycurl.POLL_INOUT):
-            mask |= select.EPOLLOUT
-        if fd in self._watched:
-            self._epoll.modify(fd, mask)
-        else:
-            self._epoll.register(fd, mask)
-            self._watched.add(fd)
+        if self._nursery is None:
+            return  # shutting down: nothing is watched any more
+        watch = self._watched.get(fd)
+        if watch is None:
+            watch = self._watched[fd] = _Watch(fd)
+            self._nursery.start_soon(self._read, watch)
+            self._nursery.start_soon(self._write, watch)
+        watch.want_in = what in (pycurl.POLL_IN, pycurl.POLL_INOUT)
+        watch.want_out = what in (pycurl.POLL_OUT, pycurl.POLL_INOUT)
+        if watch.want_in:
+            watch.in_wanted.set()
+        if watch.want_out:
+            watch.out_wanted.set()
 
-    def _on_timer(self, timeout_ms: int) -> None:
-        self._timer = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
-
-    def _run(self) -> None:
-        multi = self._multi
-        idle: list[_Easy] = []
-        running = self._running
-        done: list[_Transfer] = []
-        try:
-            while not self._stopping:
-                timer = self._timer
-                wait = -1.0 if timer is None else max(0.0, timer - time.monotonic())
-                for fd, event in self._epoll.poll(wait):
-                    if fd == self._wake_fd:
-                        with contextlib.suppress(BlockingIOError):
-                            os.eventfd_read(fd)
-                        continue
-                    mask = 0
-                    if event & select.EPOLLIN:
-                        mask |= pycurl.CSELECT_IN
-                    if event & select.EPOLLOUT:
-                        mask |= pycurl.CSELECT_OUT
-                    if event & (select.EPOLLERR | select.EPOLLHUP):
-                        mask |= pycurl.CSELECT_ERR
-                    multi.socket_action(fd, mask)
-                self._take_inbox(multi, idle, running, done)
-                timer = self._timer
-                if timer is not None and timer <= time.monotonic():
-                    self._timer = None
-                    multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
-                self._collect(multi, idle, running, done)
-                if done:
-                    self._hand_back(done)
-                    done = []
-        finally:
-            for easy in running.values():
-                multi.remove_handle(easy.curl)
-                transfer = easy.transfer
-                if transfer is not None:
-                    transfer.result = NoAnswer("closed")
-                    done.append(transfer)
-            if done:
-                self._hand_back(done)
-            for easy in (*running.values(), *idle):
-                easy.curl.close()
-            multi.close()
-            self._epoll.close()
-
-    def _take_inbox(
-        self, multi: Any, idle: list[_Easy], running: dict[Any, _Easy], done: list[_Transfer]
-    ) -> None:
-        inbox = self._inbox
-        while inbox:
-            transfer = inbox.popleft()
-            easy = transfer.easy
-            if transfer.cancelled:
-                if easy is not None and easy.transfer is transfer:
-                    # Reset that stream only; libcurl keeps the connection.
-                    multi.remove_handle(easy.curl)
-                    del running[easy.curl]
-                    self._recycle(easy, idle)
+    async def _read(self, watch: _Watch) -> None:
+        while self._watched.get(watch.fd) is watch:
+            if not watch.want_in:
+                watch.in_wanted = trio.Event()
+                await watch.in_wanted.wait()
                 continue
-            if easy is not None or transfer.result is not None:
-                continue  # already running or finished
-            easy = idle.pop() if idle else _Easy(self._ca_file)
-            easy.transfer = transfer
-            transfer.easy = easy
-            curl = easy.curl
-            curl.setopt(pycurl.URL, transfer.url)
-            curl.setopt(pycurl.HTTPHEADER, transfer.headers)
-            curl.setopt(pycurl.POSTFIELDS, transfer.body)
             try:
-                multi.add_handle(curl)
-            except pycurl.error:
-                transfer.result = NoAnswer("network_error")
-                done.append(transfer)
-                self._recycle(easy, idle)
-                continue
-            running[curl] = easy
+                await trio.lowlevel.wait_readable(watch.fd)
+            except (trio.ClosedResourceError, OSError):
+                return  # libcurl is done with this socket
+            if self._watched.get(watch.fd) is watch:
+                self._act(watch.fd, pycurl.CSELECT_IN)
 
-    def _collect(
-        self, multi: Any, idle: list[_Easy], running: dict[Any, _Easy], done: list[_Transfer]
-    ) -> None:
+    async def _write(self, watch: _Watch) -> None:
+        while self._watched.get(watch.fd) is watch:
+            if not watch.want_out:
+                watch.out_wanted = trio.Event()
+                await watch.out_wanted.wait()
+                continue
+            try:
+                await trio.lowlevel.wait_writable(watch.fd)
+            except (trio.ClosedResourceError, OSError):
+                return
+            if self._watched.get(watch.fd) is watch:
+                self._act(watch.fd, pycurl.CSELECT_OUT)
+
+    def _act(self, fd: int, mask: int) -> None:
+        try:
+            self._multi.socket_action(fd, mask)
+        except pycurl.error:
+            log.exception("libcurl failed to drive its transfers")
+        self._collect()
+
+    def _collect(self) -> None:
+        multi = self._multi
         while True:
             queued, ok, failed = multi.info_read()
             for curl in ok:
-                easy = running.get(curl)
+                easy = self._running.get(curl)
                 if easy is not None:
-                    self._finish(multi, easy, easy.answer(), idle, running, done)
+                    self._finish(easy, easy.answer())
             for curl, code, _message in failed:
-                easy = running.get(curl)
+                easy = self._running.get(curl)
                 if easy is not None:
-                    self._finish(multi, easy, NoAnswer(no_answer_reason(code)), idle, running, done)
+                    self._finish(easy, NoAnswer(no_answer_reason(code)))
             if not queued:
                 return
 
-    def _finish(
-        self,
-        multi: Any,
-        easy: _Easy,
-        result: ProviderAnswer | NoAnswer,
-        idle: list[_Easy],
-        running: dict[Any, _Easy],
-        done: list[_Transfer],
-    ) -> None:
-        multi.remove_handle(easy.curl)
-        del running[easy.curl]
+    def _finish(self, easy: _Easy, result: ProviderAnswer | NoAnswer) -> None:
+        self._multi.remove_handle(easy.curl)
+        del self._running[easy.curl]
         transfer = easy.transfer
-        if transfer is not None:
-            transfer.result = result
-            done.append(transfer)
-        self._recycle(easy, idle)
+        self._recycle(easy)
+        if transfer is not None and not transfer.cancelled:
+            trio.lowlevel.reschedule(transfer.task, outcome.Value(result))
 
-    @staticmethod
-    def _recycle(easy: _Easy, idle: list[_Easy]) -> None:
+    def _recycle(self, easy: _Easy) -> None:
         transfer = easy.transfer
         if transfer is not None:
             transfer.easy = None
         easy.transfer = None
         easy.body.clear()
         easy.head.clear()
-        if len(idle) < IDLE_HANDLES:
-            idle.append(easy)
+        if len(self._idle) < IDLE_HANDLES and not self._closed:
+            self._idle.append(easy)
         else:
             easy.curl.close()
-
-    def _hand_back(self, done: list[_Transfer]) -> None:
-        assert self._token is not None
-        try:
-            self._token.run_sync_soon(self._deliver, done)
-        except trio.RunFinishedError:
-            log.debug("the Trio run ended before its provider answers were handed back")

@@ -1,4 +1,4 @@
-"""The provider HTTP/2 client (libcurl's multi interface in one thread) against the
+"""The provider HTTP/2 client (libcurl's multi interface driven by Trio) against the
 fake APNs and raw sockets: answers as values, one connection multiplexed, and
 cancellation that resets a stream or gives up a half-made connection without
 harming the rest (the lessons of ``push/streams.py``)."""
@@ -6,13 +6,13 @@ harming the rest (the lessons of ``push/streams.py``)."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
 import jwt
 import pytest
 import trio
+import trio.testing
 import trustme
 
 from bothy_notify.push.http2 import Http2Client, no_answer_reason
@@ -166,14 +166,27 @@ async def test_a_request_cancelled_during_the_handshake_closes_the_half_made_con
     assert seen[:1] == b"\x16"  # a TLS handshake record was started, then abandoned
 
 
-async def test_closing_stops_the_thread_and_refuses_new_requests(
+def driver_tasks(name: str) -> list[trio.lowlevel.Task]:
+    """The client's driver task(s) among the run's system tasks."""
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    return [
+        task
+        for nursery in root.child_nurseries
+        for task in nursery.child_tasks
+        if task.name == f"bothy-push-{name}"
+    ]
+
+
+async def test_closing_stops_the_driver_and_refuses_new_requests(
     fake_apns: FakeApns, ca_file: str, lines: list[str]
 ) -> None:
     client = Http2Client(ca_file=ca_file, name="closing")
     await post(client, fake_apns, lines)
-    assert any(t.name == "bothy-push-closing" for t in threading.enumerate())
+    assert len(driver_tasks("closing")) == 1
     await client.aclose()
+    await trio.testing.wait_all_tasks_blocked()
 
-    assert not any(t.name == "bothy-push-closing" for t in threading.enumerate())
+    assert driver_tasks("closing") == []
     with pytest.raises(trio.ClosedResourceError):
         await post(client, fake_apns, lines)
