@@ -326,6 +326,8 @@ class ApnsProvider:
                             extra={"reason": reason},
                         )
                     return Outcome.rejected(reason)
+                if answer.status == 200:
+                    return apns_outcome(200)  # the common case: no reason, no Retry-After
                 outcome = apns_outcome(
                     answer.status,
                     reason,

@@ -406,6 +406,8 @@ class FcmProvider:
                             return token
                         continue
                     return self._refused("UNAUTHENTICATED")
+                if answer.status == 200:
+                    return fcm_outcome(200)  # the common case: no body to read, no Retry-After
                 outcome = fcm_outcome(
                     answer.status,
                     answer.body,
