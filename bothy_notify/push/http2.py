@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -173,7 +174,7 @@ class Http2Client:
         self._running: dict[Any, _Easy] = {}  # pycurl.Curl -> its _Easy, while in the multi
         self._watched: dict[int, _Watch] = {}
         self._timer_at = math.inf
-        self._timer_scope: trio.CancelScope | None = None
+        self._timer_changed = trio.Event()
         self._cancelled: list[_Transfer] = []
         self._work = trio.Event()  # set: cancelled transfers to remove
 
@@ -233,7 +234,6 @@ class Http2Client:
         self._driver.cancel()
         self._driver = trio.CancelScope()
         self._nursery = None
-        self._timer_scope = None
         self._timer_at = math.inf
         for fd in list(self._watched):
             del self._watched[fd]
@@ -294,18 +294,20 @@ class Http2Client:
 
     async def _run_timer(self) -> None:
         while True:
-            with trio.CancelScope(deadline=self._timer_at) as scope:
-                self._timer_scope = scope
-                await trio.sleep_forever()
-            self._timer_scope = None
             if trio.current_time() >= self._timer_at:
                 self._timer_at = math.inf
                 self._act(pycurl.SOCKET_TIMEOUT, 0)
+                await trio.lowlevel.checkpoint()
+                continue
+            # A new timer (mostly "now": every added transfer sets one) wakes this task
+            # through the event; only a timer that really runs out ends the scope.
+            changed = self._timer_changed = trio.Event()
+            with trio.move_on_at(self._timer_at):
+                await changed.wait()
 
     def _on_timer(self, timeout_ms: int) -> None:
         self._timer_at = math.inf if timeout_ms < 0 else trio.current_time() + timeout_ms / 1000
-        if self._timer_scope is not None:
-            self._timer_scope.deadline = self._timer_at
+        self._timer_changed.set()
 
     def _on_socket(self, what: int, fd: int, multi: Any, data: Any) -> None:
         if what == pycurl.POLL_REMOVE:
@@ -356,10 +358,19 @@ class Http2Client:
                 self._act(watch.fd, pycurl.CSELECT_OUT)
 
     def _act(self, fd: int, mask: int) -> None:
+        # libcurl writes each transfer's frames with their own send() calls; corked,
+        # the kernel sends what one call wrote as full segments when it is uncorked,
+        # instead of pushing every small write through the network stack on its own.
+        corked = list(self._watched) if _TCP_CORK else []
+        for sock in corked:
+            _cork(sock, 1)
         try:
             self._multi.socket_action(fd, mask)
         except pycurl.error:
             log.exception("libcurl failed to drive its transfers")
+        for sock in corked:
+            if sock in self._watched:  # libcurl may have closed it meanwhile
+                _cork(sock, 0)
         self._collect()
 
     def _collect(self) -> None:
@@ -396,3 +407,20 @@ class Http2Client:
             self._idle.append(easy)
         else:
             easy.curl.close()
+
+
+_TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)  # Linux only
+
+
+def _cork(fd: int, on: int) -> None:
+    """Set ``TCP_CORK`` on libcurl's socket ``fd`` (a socket object that never owns it)."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return  # not a socket: libcurl's resolver pipe
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK or 0, on)
+    except OSError:
+        pass  # not TCP (a Unix socket) or already gone
+    finally:
+        sock.detach()
