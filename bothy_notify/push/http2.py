@@ -8,12 +8,12 @@ measurement is in ``docs/performance.md`` and ``bench/http2_clients.py``.
 
 Shape: libcurl's socket interface (``curl_multi_socket_action``) run on
 Trio's own thread. libcurl says which sockets it wants watched and when its
-timer is due; Trio waits for them (``wait_readable``/``wait_writable``, a
-cancel scope's deadline), and each readiness is one call into libcurl, which
-does the TLS and HTTP/2 work in C with the GIL released. No thread is added,
-so nothing pays for hand-overs between threads: requests made in one turn of
-Trio's loop leave in one TLS write, and the answers read in one call wake
-their tasks directly.
+timer is due; Trio waits for them (``wait_readable``/``wait_writable``, an
+event or a deadline for the timer), and each readiness is one call into
+libcurl, which does the TLS and HTTP/2 work in C. No thread is added, so
+nothing pays for hand-overs between threads: the requests made in one turn of
+Trio's loop go out in one call (its socket writes corked into full TCP
+segments), and the answers read in one call wake their tasks directly.
 
 A request is a value in, a value out:
 :class:`~.transport.ProviderAnswer` when the provider answered (whatever the
@@ -24,14 +24,13 @@ tell "no answer" apart from "answered 5xx".
 Cancellation (the lessons of ``push/streams.py`` hold by construction): a
 cancelled :meth:`Http2Client.request` raises ``Cancelled`` at once, and the
 client's driver task removes the transfer from the multi handle. libcurl owns
-every byte of the connection's framing and HPACK state and never leaves a write
-half done between two calls, so a cancellation can never drop bytes the
-protocol believes were sent: an HTTP/2
-stream is reset (``RST_STREAM``) and the connection stays usable; a transfer
-removed while its connection is still being set up (TCP or TLS handshake) gives
-that half-made connection up, socket included. Callers bound requests with
-cancel scopes (:data:`~.transport.REQUEST_BOUND`); libcurl's own timeouts are a
-backstop only.
+every byte of the connection's framing and HPACK state and never leaves a
+write half done between two calls, so a cancellation can never drop bytes the
+protocol believes were sent: an HTTP/2 stream is reset (``RST_STREAM``) and the
+connection stays usable; a transfer removed while its connection is still being
+set up (TCP or TLS handshake) gives that half-made connection up, socket
+included. Callers bound requests with cancel scopes
+(:data:`~.transport.REQUEST_BOUND`); libcurl's own timeouts are a backstop only.
 """
 
 from __future__ import annotations
