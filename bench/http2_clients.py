@@ -338,7 +338,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--requests", type=int, default=6_000)
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--fakes", default="nginx,python")
     parser.add_argument("--clients", default="httpx,h2,pycurl")
