@@ -7,7 +7,7 @@ the provider's exact APNs requests (headers, body, a real ES256 provider JWT)
 over one TLS connection:
 
 - ``httpx``: the stack the providers used before (httpx over cancel-safe streams:
-  ``provider_client``: httpx -> httpcore -> h2 -> hpack -> Trio's TLS stream);
+  ``httpx_client`` below: httpx -> httpcore -> h2 -> hpack -> Trio's TLS stream);
 - ``h2``: h2 driven directly over one ``trio.SSLStream`` (no httpx/httpcore):
   headers and body with END_STREAM on the body's frame, one writer task that
   sends whatever h2 has queued in one write, window updates left to h2's
