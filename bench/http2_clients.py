@@ -12,14 +12,19 @@ over one TLS connection:
   headers and body with END_STREAM on the body's frame, one writer task that
   sends whatever h2 has queued in one write, window updates left to h2's
   batching;
-- ``pycurl``: libcurl's multi interface from one thread, answers handed to Trio
-  (``bothy_notify.push.http2.Http2Client``, what the providers use now).
+- ``pycurl``: libcurl's multi interface driven by Trio
+  (``bothy_notify.push.http2.Http2Client``, what the providers use now);
+- ``aioapns`` (not by default): the APNs client Sygnal uses (asyncio + h2), in
+  its own process and virtual environment (``pip install aioapns`` into a
+  cached temporary venv on first use), with its defaults (up to 10
+  connections). Sygnal itself (``matrix-sygnal``) is not available from the
+  package registry here, so this is the nearest reproducible comparison.
 
 Reported per (fake, client): requests/s, CPU per request in this process (both
 threads) and in the fake. Prints a table and a last JSON line.
 
 Usage: .venv/bin/python bench/http2_clients.py [--requests N] [--concurrency C]
-       [--fakes nginx,python] [--clients httpx,h2,pycurl]
+       [--fakes nginx,python] [--clients httpx,h2,pycurl[,aioapns]]
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import ssl
+import subprocess
 import sys
 import tempfile
 import time
@@ -300,9 +306,64 @@ async def run_client(
             await loop(post_curl)
         finally:
             await curl.aclose()
+    elif client == "aioapns":
+        results.update(await run_aioapns(fake, pem, total, concurrency))
     else:
         raise ValueError(f"unknown client {client!r}")
     return results
+
+
+def aioapns_python() -> str:
+    """A virtual environment with aioapns (made once, kept in the temporary directory)."""
+    venv = Path(tempfile.gettempdir()) / "bothy-bench-aioapns-venv"
+    python = venv / "bin" / "python"
+    if not (venv / ".installed").exists():
+        print("installing aioapns into its own virtual environment", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "aioapns"],
+            check=True,
+        )
+        (venv / ".installed").touch()
+    return str(python)
+
+
+async def run_aioapns(
+    fake: FakeApnsServer, pem: str, total: int, concurrency: int
+) -> dict[str, float]:
+    """aioapns' bare loop in its own process; its CPU as it measured it."""
+    python = await trio.to_thread.run_sync(aioapns_python)
+    parts = urlsplit(fake.url)
+    with tempfile.NamedTemporaryFile("w", suffix=".p8") as key_file:
+        key_file.write(pem)
+        key_file.flush()
+        meter = Meter(fake.pid)
+        done = await trio.run_process(
+            [
+                python,
+                str(ROOT / "bench" / "_aioapns_loop.py"),
+                str(parts.hostname),
+                str(parts.port),
+                fake.ca_file,
+                key_file.name,
+                KEY_ID,
+                TEAM_ID,
+                TOPIC,
+                str(total),
+                str(concurrency),
+            ],
+            capture_stdout=True,
+        )
+        cpu = meter.stop(total + 200)
+    got = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    if got["failures"]:
+        raise RuntimeError(f"aioapns: {got['failures']} answers were not 200")
+    return {
+        "requests_per_s": round(got["requests_per_s"], 1),
+        "cpu_us_per_request": round(got["cpu_us_per_request"], 1),
+        "fake_cpu_us_per_request": round(cpu["fake_cpu_us"], 1),
+        "machine_busy_pct": round(cpu["machine_busy_pct"], 1),
+    }
 
 
 async def main_async(args: argparse.Namespace) -> None:
