@@ -216,6 +216,8 @@ class ApnsProvider:
     """
 
     name = "apns"
+    bounds_every_send = True
+    """Every request ends within its bound (libcurl's timer); see ``push/registry.py``."""
 
     def __init__(
         self,
@@ -304,38 +306,41 @@ class ApnsProvider:
         if message.thread_id is not None:
             headers = [*headers, f"apns-collapse-id: {collapse_id(message.thread_id)}"]
         content = self.body(message)
-        with trio.move_on_after(self._bound):
-            resent = False
-            while True:
-                token = self.tokens.current()
-                answer = await self._client.request(
-                    url, [*headers, f"authorization: bearer {token}"], content
-                )
-                if isinstance(answer, NoAnswer):
-                    return apns_outcome(answer)
-                reason = _reason(answer)
-                if answer.status == 403 and reason == "ExpiredProviderToken":
-                    self.tokens.invalidate(token)
-                    if not resent:
-                        resent = True
-                        continue
-                    if self._throttle.allow("expired_twice"):
-                        log.warning(
-                            "APNs refused two fresh provider tokens in a row; check"
-                            " push.apns.key_id, push.apns.team_id and this host's clock",
-                            extra={"reason": reason},
-                        )
-                    return Outcome.rejected(reason)
-                if answer.status == 200:
-                    return apns_outcome(200)  # the common case: no reason, no Retry-After
-                outcome = apns_outcome(
-                    answer.status,
-                    reason,
-                    parse_retry_after(answer.header("retry-after"), self._clock.now()),
-                )
-                self._explain(outcome, environment)
-                return outcome
-        return apns_outcome(NoAnswer("timeout"))
+        # The whole send, resend included, within one bound (libcurl keeps it per request).
+        deadline = trio.current_time() + self._bound
+        resent = False
+        while True:
+            left = deadline - trio.current_time()
+            if left <= 0:
+                return apns_outcome(NoAnswer("timeout"))
+            token = self.tokens.current()
+            answer = await self._client.request(
+                url, [*headers, f"authorization: bearer {token}"], content, bound=left
+            )
+            if isinstance(answer, NoAnswer):
+                return apns_outcome(answer)
+            reason = _reason(answer)
+            if answer.status == 403 and reason == "ExpiredProviderToken":
+                self.tokens.invalidate(token)
+                if not resent:
+                    resent = True
+                    continue
+                if self._throttle.allow("expired_twice"):
+                    log.warning(
+                        "APNs refused two fresh provider tokens in a row; check"
+                        " push.apns.key_id, push.apns.team_id and this host's clock",
+                        extra={"reason": reason},
+                    )
+                return Outcome.rejected(reason)
+            if answer.status == 200:
+                return apns_outcome(200)  # the common case: no reason, no Retry-After
+            outcome = apns_outcome(
+                answer.status,
+                reason,
+                parse_retry_after(answer.header("retry-after"), self._clock.now()),
+            )
+            self._explain(outcome, environment)
+            return outcome
 
     def _explain(self, outcome: Outcome, environment: str) -> None:
         if outcome.kind.value == "mismatch" and self._throttle.allow(

@@ -113,6 +113,10 @@ class AccessTokens(Protocol):
         """Forget ``token`` if it is the cached one (the endpoint refused it)."""
         ...
 
+    def peek(self) -> str | None:
+        """The cached token when it is still fresh, else ``None``; never waits."""
+        ...
+
 
 class StaticAccessTokens:
     """An in-memory :class:`AccessTokens`: always the same token (unit tests)."""
@@ -127,6 +131,9 @@ class StaticAccessTokens:
 
     def invalidate(self, token: str) -> None:
         self.invalidated += 1
+
+    def peek(self) -> str | None:
+        return self._value
 
     def __repr__(self) -> str:
         return "StaticAccessTokens(***)"
@@ -226,6 +233,9 @@ class GoogleAccessTokens:
             self._token = None
             self._expires_at = None
 
+    def peek(self) -> str | None:
+        return self._fresh()
+
     def _refresh_blocking(self) -> tuple[str, timedelta]:
         # A session per refresh: the next one is an hour away, so no connection is kept.
         with requests.Session() as session:
@@ -324,6 +334,8 @@ class FcmProvider:
     """
 
     name = "fcm"
+    bounds_every_send = True
+    """Every request ends within its bound (libcurl's timer); see ``push/registry.py``."""
 
     def __init__(
         self,
@@ -387,37 +399,45 @@ class FcmProvider:
         token = await self._token()
         if isinstance(token, Outcome):
             return token
-        with trio.move_on_after(self._bound):
-            resent = False
-            while True:
-                answer = await self._client.request(
-                    self._url,
-                    [f"authorization: Bearer {token}", "content-type: application/json"],
-                    content,
-                )
-                if isinstance(answer, NoAnswer):
-                    return fcm_outcome(answer)
-                if answer.status == 401:
-                    self.tokens.invalidate(token)
-                    if not resent:
-                        resent = True
-                        token = await self._token()
-                        if isinstance(token, Outcome):
-                            return token
-                        continue
-                    return self._refused("UNAUTHENTICATED")
-                if answer.status == 200:
-                    return fcm_outcome(200)  # the common case: no body to read, no Retry-After
-                outcome = fcm_outcome(
-                    answer.status,
-                    answer.body,
-                    parse_retry_after(answer.header("retry-after"), self._clock.now()),
-                )
-                self._explain(outcome)
-                return outcome
-        return fcm_outcome(NoAnswer("timeout"))
+        # The send, resend included, within one bound (libcurl keeps it per request);
+        # a token fetch has its own.
+        deadline = trio.current_time() + self._bound
+        resent = False
+        while True:
+            left = deadline - trio.current_time()
+            if left <= 0:
+                return fcm_outcome(NoAnswer("timeout"))
+            answer = await self._client.request(
+                self._url,
+                [f"authorization: Bearer {token}", "content-type: application/json"],
+                content,
+                bound=left,
+            )
+            if isinstance(answer, NoAnswer):
+                return fcm_outcome(answer)
+            if answer.status == 401:
+                self.tokens.invalidate(token)
+                if not resent:
+                    resent = True
+                    token = await self._token()
+                    if isinstance(token, Outcome):
+                        return token
+                    continue
+                return self._refused("UNAUTHENTICATED")
+            if answer.status == 200:
+                return fcm_outcome(200)  # the common case: no body to read, no Retry-After
+            outcome = fcm_outcome(
+                answer.status,
+                answer.body,
+                parse_retry_after(answer.header("retry-after"), self._clock.now()),
+            )
+            self._explain(outcome)
+            return outcome
 
     async def _token(self) -> str | Outcome:
+        cached = self.tokens.peek()
+        if cached is not None:
+            return cached  # the common case: no fetch, so no bound to set
         with trio.move_on_after(self._bound):
             try:
                 return await self.tokens.token()
