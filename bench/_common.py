@@ -1,5 +1,6 @@
 """Shared benchmark helpers: an embedded PostgreSQL in a temporary directory, a
-migrated database, and machine facts for the report."""
+migrated database, CPU meters (this process, a child, PostgreSQL's processes), and
+machine facts for the report."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import platform
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,3 +60,81 @@ def machine() -> dict[str, Any]:
 def report(name: str, **figures: Any) -> None:
     """Print the closing JSON line every benchmark ends with."""
     print(json.dumps({"bench": name, **figures}))
+
+
+def process_cpu(pid: int | None = None, *, children: bool = False) -> float:
+    """CPU seconds (user + system) used so far by ``pid`` (this process by default);
+    with ``children``, also by its children that have ended (and been waited for)."""
+    if pid is None and not children:
+        return time.process_time()
+    with open(f"/proc/{pid or 'self'}/stat", encoding="ascii") as stat:
+        parts = stat.read().rsplit(")", 1)[1].split()
+    # Fields 14-17 of proc(5): utime, stime, cutime, cstime (here from the 3rd field on).
+    ticks = int(parts[11]) + int(parts[12])
+    if children:
+        ticks += int(parts[13]) + int(parts[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_pid(url: str) -> int | None:
+    """The postmaster's process id of the server at ``url`` when it runs on this machine."""
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute("SHOW data_directory").fetchone()
+        assert row is not None
+        with open(Path(row[0]) / "postmaster.pid", encoding="ascii") as pidfile:
+            pid = int(pidfile.readline())
+        os.kill(pid, 0)
+    except (psycopg.Error, OSError, ValueError):
+        return None
+    return pid
+
+
+def postgres_cpu(postmaster: int) -> float:
+    """CPU seconds used so far by PostgreSQL: the postmaster, every live child
+    (backends, writers, WAL), and the children that have ended (the postmaster's
+    cutime/cstime), so a delta of two readings is the server's CPU in between."""
+    total = process_cpu(postmaster, children=True)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as stat:
+                parts = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(parts[1]) == postmaster:
+            total += (sum(int(p) for p in parts[11:15])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine, to tell how loaded it was."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    idle = values[3] + values[4]
+    return float(sum(values) - idle), float(sum(values))
+
+
+class Meter:
+    """CPU per request used by this process, the fake, and PostgreSQL (when given its
+    postmaster), and how busy the machine was."""
+
+    def __init__(self, fake_pid: int, postmaster: int | None = None) -> None:
+        self._fake_pid = fake_pid
+        self._postmaster = postmaster
+        self._own = process_cpu()
+        self._fake = process_cpu(fake_pid)
+        self._pg = postgres_cpu(postmaster) if postmaster else 0.0
+        self._busy, self._total = machine_busy()
+
+    def stop(self, requests: int) -> dict[str, float]:
+        busy, total = machine_busy()
+        out = {
+            "own_cpu_us": (process_cpu() - self._own) / requests * 1e6,
+            "fake_cpu_us": (process_cpu(self._fake_pid) - self._fake) / requests * 1e6,
+            "machine_busy_pct": 100 * (busy - self._busy) / max(1.0, total - self._total),
+        }
+        if self._postmaster:
+            out["postgres_cpu_us"] = (postgres_cpu(self._postmaster) - self._pg) / requests * 1e6
+        return out

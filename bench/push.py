@@ -1,30 +1,38 @@
 """Benchmark: ``notify.push_send`` jobs through the real runner to a fake APNs.
 
-The fake APNs (``tests/push/fake_apns.py``: HTTP/2 over TLS, checking the
-provider JWT, headers and body) runs in a separate process. In one run:
+The fake APNs runs in its own process (``bench/_fakes.py``): ``--fake nginx``
+(the default: nginx with HTTP/2 and TLS answering APNs-shaped 200s at C speed,
+installed from Debian's packages when missing) or ``--fake python``
+(``tests/push/fake_apns.py``, which checks every request the way Apple does
+and costs about 0.5 ms of CPU per request). In one run:
 
-1. bare: an httpx HTTP/2 loop (one client, ``--concurrency`` tasks) posting the
-   same requests the provider makes to the same fake: requests/s;
+1. bare: a loop of ``--concurrency`` tasks posting the provider's exact
+   requests to the same fake with the same client the provider uses
+   (``bench/http2_clients.py``'s ``pycurl`` loop): requests/s;
 2. pipeline: ``--jobs`` push_send jobs inserted at once into the embedded
    PostgreSQL, run by a real daemon (role worker: job runner, PushSendHandler,
    the APNs provider built from ``[push.apns]``, per-provider limiter,
    results recorded in batches): pushes/s from the insert's commit to the last
-   job recorded;
+   job recorded, and the CPU per push of this process (the daemon) and of
+   PostgreSQL's processes;
 3. stall: the fake stops answering; ``--stall-jobs`` more jobs are inserted and
    the process's resident memory is sampled for ``--stall-seconds`` (in-flight
    sends stay bounded by ``push.max_in_flight``), then the fake answers again.
 
-Prints pushes/s, bare/s, their ratio, the memory figures, and a last JSON line.
+Prints pushes/s, bare/s, their ratio, CPU per push, the memory figures, and a
+last JSON line.
 
-Usage: .venv/bin/python bench/push.py [--jobs N] [--bare N] [--registrations R]
-       [--concurrency C] [--max-in-flight M] [--stall-seconds S]
+Usage: .venv/bin/python bench/push.py [--fake nginx|python] [--jobs N] [--bare N]
+       [--registrations R] [--concurrency C] [--max-in-flight M] [--stall-seconds S]
+       [--profile FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,8 +41,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-import jwt
 import psycopg
 import trio
 from cryptography.hazmat.primitives import serialization
@@ -43,17 +49,14 @@ from cryptography.hazmat.primitives.asymmetric import ec
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import bench_database, machine, report  # noqa: E402
+from bench._common import Meter, bench_database, machine, postgres_pid, report  # noqa: E402
+from bench._fakes import KEY_ID, TEAM_ID, TOPIC, FakeApnsServer, start_fake  # noqa: E402
+from bench.http2_clients import run_client  # noqa: E402
 from bothy_notify.config import structure_config  # noqa: E402
 from bothy_notify.kernel.clock import to_unix_micros  # noqa: E402
 from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs  # noqa: E402
 from bothy_notify.push.apns import ApnsProvider  # noqa: E402
-from bothy_notify.push.port import PushMessage  # noqa: E402
 from bothy_notify.wiring import Daemon  # noqa: E402
-
-KEY_ID = "BENCHKEY01"
-TEAM_ID = "BENCHTEAM1"
-TOPIC = "com.example.bench"
 
 
 def rss_mb() -> tuple[float, float]:
@@ -65,96 +68,6 @@ def rss_mb() -> tuple[float, float]:
             if name in ("VmRSS", "VmHWM"):
                 fields[name] = int(value.split()[0]) / 1024
     return fields["VmRSS"], fields["VmHWM"]
-
-
-def process_cpu(pid: int | None = None) -> float:
-    """CPU seconds (user + system) used so far by ``pid`` (this process by default)."""
-    if pid is None:
-        return time.process_time()
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        parts = stat.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy() -> tuple[float, float]:
-    """(busy, total) jiffies of the whole machine, to tell how loaded it was."""
-    with open("/proc/stat", encoding="ascii") as stat:
-        values = [int(v) for v in stat.readline().split()[1:]]
-    idle = values[3] + values[4]
-    return float(sum(values) - idle), float(sum(values))
-
-
-class Meter:
-    """CPU used per request by this process and by the fake, and how busy the machine was."""
-
-    def __init__(self, fake_pid: int) -> None:
-        self._fake_pid = fake_pid
-        self._own = process_cpu()
-        self._fake = process_cpu(fake_pid)
-        self._busy, self._total = machine_busy()
-
-    def stop(self, requests: int) -> dict[str, float]:
-        busy, total = machine_busy()
-        return {
-            "own_cpu_us": (process_cpu() - self._own) / requests * 1e6,
-            "fake_cpu_us": (process_cpu(self._fake_pid) - self._fake) / requests * 1e6,
-            "machine_busy_pct": 100 * (busy - self._busy) / max(1.0, total - self._total),
-        }
-
-
-class FakeApnsProcess:
-    """The fake APNs in its own process, controlled through its stdin."""
-
-    def __init__(self, tmp: Path, key: ec.EllipticCurvePrivateKey) -> None:
-        public = tmp / "apns-public.pem"
-        public.write_bytes(
-            key.public_key().public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
-        )
-        self.ca_file = str(tmp / "ca.pem")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.push.fake_apns",
-                "--public-key",
-                str(public),
-                "--key-id",
-                KEY_ID,
-                "--team-id",
-                TEAM_ID,
-                "--topic",
-                TOPIC,
-                "--ca-out",
-                self.ca_file,
-            ],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().split()
-        if len(line) != 2 or line[0] != "PORT":
-            raise RuntimeError("the fake APNs did not start")
-        self.url = f"https://127.0.0.1:{line[1]}"
-
-    def command(self, text: str) -> int:
-        """Send ``stall``/``resume``/``count``; returns the requests the fake has seen."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(text + "\n")
-        self.proc.stdin.flush()
-        return int(self.proc.stdout.readline().split()[1])
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def seed(url: str, registrations: int) -> list[tuple[str, str]]:
@@ -234,63 +147,74 @@ async def wait_finished(daemon: Daemon, target: int) -> None:
         await trio.sleep(0.01)
 
 
-async def bare_loop(fake_url: str, ca_file: str, pem: str, total: int, concurrency: int) -> float:
-    """Requests/s of a plain httpx HTTP/2 client sending the provider's requests."""
-    provider_jwt = jwt.encode(
-        {"iss": TEAM_ID, "iat": int(time.time())}, pem, algorithm="ES256", headers={"kid": KEY_ID}
-    )
-    message = PushMessage(
-        nid="0190c0de-0000-7000-8000-000000000000",
-        kind="message",
-        count=1,
-        quiet=False,
-        thread_id="t1",
-        message_id="m1",
-    )
-    headers = {
-        "authorization": f"bearer {provider_jwt}",
-        "apns-topic": TOPIC,
-        "apns-push-type": "background",
-        "apns-priority": "5",
-        "apns-collapse-id": "t1",
-        "content-type": "application/json",
-    }
-    body = json.dumps(
-        {"aps": {"content-available": 1}, **message.payload()}, separators=(",", ":")
-    ).encode()
-    remaining = total
-    failures = 0
-    async with httpx.AsyncClient(
-        http2=True,
-        verify=ca_file,
-        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
-        timeout=30,
-    ) as client:
+class Profiler:
+    """``py-spy record`` on this process while the pipeline runs (``--profile FILE``):
+    collapsed stacks in FILE, and the top entries printed."""
 
-        async def worker() -> None:
-            nonlocal remaining, failures
-            while remaining > 0:
-                remaining -= 1
-                token = f"{remaining:064x}"
-                response = await client.post(
-                    f"{fake_url}/3/device/{token}", content=body, headers=headers
-                )
-                if response.status_code != 200:
-                    failures += 1
+    def __init__(self, path: str) -> None:
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        if not Path(spy).exists():
+            raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
+        self.path = path
+        self.proc = subprocess.Popen(
+            [
+                spy,
+                "record",
+                "--pid",
+                str(os.getpid()),
+                "--threads",
+                "--format",
+                "raw",
+                "--rate",
+                "250",
+                "--output",
+                path,
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1.0)  # py-spy attaches
 
-        await client.post(f"{fake_url}/3/device/{0:064x}", content=body, headers=headers)
-        started = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for _ in range(concurrency):
-                nursery.start_soon(worker)
-        elapsed = time.perf_counter() - started
-    if failures:
-        raise RuntimeError(f"the bare loop got {failures} non-200 answers")
-    return total / elapsed
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(30)
+        print_profile(self.path)
+
+
+def print_profile(path: str, top: int = 25) -> None:
+    """The functions with the most samples in a collapsed-stack file: own and total."""
+    own: dict[str, int] = {}
+    total: dict[str, int] = {}
+    samples = 0
+    for line in Path(path).read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        n = int(count)
+        samples += n
+        frames = [
+            f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1]
+            for f in stack.split(";")
+        ]
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for frame in set(frames):
+            total[frame] = total.get(frame, 0) + n
+    print(f"profile: {samples} samples in {path}")
+    print("  own %  function (file)")
+    for name, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {100 * n / samples:5.1f}  {name}")
+    print("  total %  function (file)")
+    for name, n in sorted(total.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {100 * n / samples:5.1f}  {name}")
 
 
 async def pipeline(
-    args: argparse.Namespace, url: str, fake: FakeApnsProcess, pem: str, regs: list[tuple[str, str]]
+    args: argparse.Namespace,
+    url: str,
+    fake: FakeApnsServer,
+    pem: str,
+    regs: list[tuple[str, str]],
 ) -> dict[str, Any]:
     config = structure_config(
         {
@@ -314,6 +238,7 @@ async def pipeline(
         env={"BENCH_APNS_KEY": pem},
     )
     daemon = Daemon(config, database_url=url)
+    postmaster = postgres_pid(url)
     out: dict[str, Any] = {}
     async with trio.open_nursery() as nursery:
         await nursery.start(daemon.run)
@@ -326,8 +251,9 @@ async def pipeline(
         with trio.fail_after(60):
             await wait_finished(daemon, args.warmup)
 
+        profiler = Profiler(args.profile) if args.profile else None
         committed = await trio.to_thread.run_sync(insert_jobs, url, regs, args.jobs, args.warmup)
-        meter = Meter(fake.proc.pid)
+        meter = Meter(fake.pid, postmaster)
         occupancy: list[tuple[int, int]] = []
 
         async def sample() -> None:
@@ -346,11 +272,13 @@ async def pipeline(
             with trio.fail_after(120):
                 await wait_finished(daemon, args.warmup + args.jobs)
             sampler.cancel_scope.cancel()
+        elapsed = time.perf_counter() - committed
+        out["cpu"] = meter.stop(args.jobs)
+        if profiler is not None:
+            profiler.stop()
         if occupancy:
             out["runner_in_flight_avg"] = sum(o[0] for o in occupancy) / len(occupancy)
             out["apns_in_flight_avg"] = sum(o[1] for o in occupancy) / len(occupancy)
-        elapsed = time.perf_counter() - committed
-        out["cpu"] = meter.stop(args.jobs)
         out["pushes_per_s"] = args.jobs / elapsed
         out["pipeline_seconds"] = elapsed
         out["delivered_total"] = daemon.metrics.registry.get_sample_value(
@@ -358,18 +286,20 @@ async def pipeline(
         )
 
         # Stall: the fake holds every request; memory must stay bounded.
-        fake.command("stall")
-        before, _ = rss_mb()
-        start = args.warmup + args.jobs
-        await trio.to_thread.run_sync(insert_jobs, url, regs, args.stall_jobs, start)
-        samples: list[float] = []
-        in_flight: list[int] = []
-        deadline = time.perf_counter() + args.stall_seconds
-        while time.perf_counter() < deadline:
-            await trio.sleep(0.25)
-            samples.append(rss_mb()[0])
-            in_flight.append(daemon.providers.statistics().get("apns", 0))
-        fake.command("resume")
+        fake.stall()
+        try:
+            before, _ = rss_mb()
+            start = args.warmup + args.jobs
+            await trio.to_thread.run_sync(insert_jobs, url, regs, args.stall_jobs, start)
+            samples: list[float] = []
+            in_flight: list[int] = []
+            deadline = time.perf_counter() + args.stall_seconds
+            while time.perf_counter() < deadline:
+                await trio.sleep(0.25)
+                samples.append(rss_mb()[0])
+                in_flight.append(daemon.providers.statistics().get("apns", 0))
+        finally:
+            fake.resume()
         out["stall_rss_before_mb"] = before
         out["stall_rss_max_mb"] = max(samples)
         out["stall_rss_last_mb"] = samples[-1]
@@ -384,16 +314,15 @@ async def main_async(args: argparse.Namespace) -> None:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ).decode()
     with tempfile.TemporaryDirectory(prefix="bothy-bench-push-") as tmp:
-        fake = FakeApnsProcess(Path(tmp), key)
+        fake = start_fake(args.fake, Path(tmp), key)
         try:
             with bench_database() as url:
                 regs = await trio.to_thread.run_sync(seed, url, args.registrations)
-                meter = Meter(fake.proc.pid)
-                bare = await bare_loop(fake.url, fake.ca_file, pem, args.bare, args.concurrency)
-                bare_cpu = meter.stop(args.bare)
+                bare_figures = await run_client("pycurl", fake, pem, args.bare, args.concurrency)
+                bare = bare_figures["requests_per_s"]
                 print(
-                    f"bare httpx HTTP/2 loop: {bare:,.0f} requests/s "
-                    f"({args.bare} requests, {args.concurrency} tasks)",
+                    f"bare HTTP/2 loop (pycurl, the provider's client): {bare:,.0f} requests/s"
+                    f" ({args.bare} requests, {args.concurrency} tasks, {args.fake} fake)",
                     flush=True,
                 )
                 figures = await pipeline(args, url, fake, pem, regs)
@@ -401,6 +330,10 @@ async def main_async(args: argparse.Namespace) -> None:
             fake.close()
     pushes = figures["pushes_per_s"]
     ratio = pushes / bare
+    cpu = figures["cpu"]
+    daemon_us = cpu["own_cpu_us"]
+    postgres_us = cpu.get("postgres_cpu_us")
+    per_push = daemon_us + (postgres_us or 0.0)
     _, peak = rss_mb()
     print(
         f"pipeline: {pushes:,.0f} pushes/s ({args.jobs} push_send jobs through the runner, "
@@ -411,12 +344,17 @@ async def main_async(args: argparse.Namespace) -> None:
         f"pipeline occupancy: {figures.get('runner_in_flight_avg', 0):.0f} jobs in the runner,"
         f" {figures.get('apns_in_flight_avg', 0):.0f} APNs sends in flight on average"
     )
-    for name, cpu in (("bare", bare_cpu), ("pipeline", figures["cpu"])):
-        print(
-            f"{name}: {cpu['own_cpu_us']:.0f} us CPU per request in this process,"
-            f" {cpu['fake_cpu_us']:.0f} us in the fake; machine {cpu['machine_busy_pct']:.0f}%"
-            " busy"
-        )
+    print(
+        f"bare: {bare_figures['cpu_us_per_request']:.0f} us CPU per request in this process,"
+        f" {bare_figures['fake_cpu_us_per_request']:.0f} us in the fake;"
+        f" machine {bare_figures['machine_busy_pct']:.0f}% busy"
+    )
+    postgres_text = f"{postgres_us:.0f} us" if postgres_us is not None else "not measured"
+    print(
+        f"pipeline: {per_push:.0f} us CPU per push = {daemon_us:.0f} us in the daemon"
+        f" + {postgres_text} in PostgreSQL; {cpu['fake_cpu_us']:.0f} us in the fake;"
+        f" machine {cpu['machine_busy_pct']:.0f}% busy"
+    )
     print(
         f"stall ({args.stall_seconds:.0f} s, {args.stall_jobs} jobs waiting): RSS "
         f"{figures['stall_rss_before_mb']:.0f} MiB before, at most "
@@ -431,11 +369,17 @@ async def main_async(args: argparse.Namespace) -> None:
         bare_per_s=round(bare, 1),
         ratio=round(ratio, 3),
         peak_rss_mb=round(peak, 1),
+        cpu_us_per_push=round(per_push, 1),
+        daemon_cpu_us_per_push=round(daemon_us, 1),
+        postgres_cpu_us_per_push=None if postgres_us is None else round(postgres_us, 1),
+        processes=1,
+        fake=args.fake,
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fake", choices=("nginx", "python"), default="nginx")
     parser.add_argument("--jobs", type=int, default=12_000)
     parser.add_argument("--warmup", type=int, default=1_000)
     parser.add_argument("--bare", type=int, default=8_000)
@@ -447,6 +391,7 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=10)
     parser.add_argument("--stall-jobs", type=int, default=5_000)
     parser.add_argument("--stall-seconds", type=float, default=12.0)
+    parser.add_argument("--profile", metavar="FILE", help="py-spy the pipeline into FILE")
     args = parser.parse_args()
     trio.run(main_async, args)
 

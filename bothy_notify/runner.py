@@ -172,10 +172,12 @@ _RECONNECT_MAX = 5.0
 
 _COMPLETE_BATCH = 500
 """Most results recorded in one transaction."""
-_RECORD_LINGER = 0.05
+_RECORD_LINGER = 0.01
 """Seconds the recorder waits for more results when several are already queued; a
 lone result is recorded at once. Fewer, larger transactions keep the worker threads
-from contending with the event loop at high rates (bench/push.py)."""
+from contending with the event loop at high rates, but runner slots stay taken
+until their job is recorded: at 2,000+ pushes/s 50 ms cost a fifth of the
+throughput for no CPU saved, 10 ms does not (bench/push.py, docs/performance.md)."""
 
 
 class JobRunner:

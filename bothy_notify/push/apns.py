@@ -1,6 +1,7 @@
 """The APNs provider: HTTP/2 to Apple with an ES256 provider token.
 
-One long-lived HTTP/2 connection per APNs host; the host follows the
+One long-lived HTTP/2 connection per APNs host, multiplexing every send
+(:class:`~.http2.Http2Client`: libcurl in one thread); the host follows the
 registration's ``environment`` (``production`` or ``sandbox``), so one daemon
 serves TestFlight and App Store builds at once. ``push.apns.endpoint``
 replaces both hosts (a proxy or a local fake).
@@ -26,13 +27,18 @@ Answers become outcomes here and nowhere else:
                                                            resend in the same deadline;
                                                            a second one: rejected
 429, 5xx                                                   transient (1 s minimum)
-timeout, connection, TLS error (no answer)                 transient, ``ours`` (never
-                                                           a strike)
+no answer: timeout, connection, DNS, TLS, protocol error   transient (1 s minimum),
+                                                           ``ours`` (never a strike)
 every other status                                         rejected
 =========================================================  ==========================
 
 Rejections are logged with what to check by the token lifecycle
-(:mod:`bothy_notify.notify.lifecycle`), once per reason per minute.
+(:mod:`bothy_notify.notify.lifecycle`), once per reason per minute. A topic push
+(:class:`~.port.TopicMessage`, topic mode) is always background, priority 5,
+and collapses per topic, whatever ``style`` says.
+
+Nothing here relies on the ``apns-id`` APNs echoes: each answer arrives on its
+own HTTP/2 stream.
 
 The whole send, resend included, is bounded by
 :data:`~.transport.REQUEST_BOUND`.
@@ -50,8 +56,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
 import jwt
+import orjson
 import trio
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -59,18 +65,18 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from bothy_notify.config import ApnsConfig, ApnsStyle, ConfigError
 from bothy_notify.kernel.clock import Clock
+from bothy_notify.push.http2 import Http2Client
 from bothy_notify.push.port import Message, Outcome, PushMessage, Target, TopicMessage
-from bothy_notify.push.streams import provider_client
 from bothy_notify.push.transport import (
-    BACKSTOP_TIMEOUT,
     REQUEST_BOUND,
     LogThrottle,
+    NoAnswer,
+    ProviderAnswer,
     check_https_url,
     parse_retry_after,
     retry_delay,
     safe_reason,
     ssl_context,
-    transport_reason,
 )
 
 log = logging.getLogger("bothy.push.apns")
@@ -178,12 +184,18 @@ def collapse_id(thread_id: str) -> str:
     return "t." + base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
-def apns_outcome(status: int, reason: str, retry_after: timedelta | None = None) -> Outcome:
-    """The outcome of one APNs answer (status and its ``reason``); pure.
+def apns_outcome(
+    status: int | NoAnswer, reason: str = "", retry_after: timedelta | None = None
+) -> Outcome:
+    """The outcome of one APNs answer (status and its ``reason``), or of no answer
+    (:class:`~.transport.NoAnswer`: transient with its reason); pure.
 
     A 403 ``ExpiredProviderToken`` is rejected here; :class:`ApnsProvider` resends
     once before it comes to that.
     """
+    if isinstance(status, NoAnswer):
+        # No answer from Apple: nothing is known about this token.
+        return Outcome.transient(status.reason, RETRY_MINIMUM, ours=True)
     code = reason or f"http_{status}"
     if status == 200:
         return Outcome.delivered()
@@ -211,6 +223,8 @@ class ApnsProvider:
     """
 
     name = "apns"
+    bounds_every_send = True
+    """Every request ends within its bound (libcurl's timer); see ``push/registry.py``."""
 
     def __init__(
         self,
@@ -231,16 +245,10 @@ class ApnsProvider:
         self._bound = request_bound
         self.tokens = ProviderTokens(credentials, clock)
         self._hosts = dict(hosts or {"production": PRODUCTION_HOST, "sandbox": SANDBOX_HOST})
-        self._clients: dict[str, httpx.AsyncClient] = {}
-        for base in set(self._hosts.values()):
-            # One client per host, each with exactly one HTTP/2 connection kept open.
-            self._clients[base] = provider_client(
-                ssl_context(ca_file, key="push.apns.ca_file"),
-                limits=httpx.Limits(
-                    max_connections=1, max_keepalive_connections=1, keepalive_expiry=None
-                ),
-                timeout=BACKSTOP_TIMEOUT,
-            )
+        ssl_context(ca_file, key="push.apns.ca_file")  # a bad CA file fails here, naming the key
+        # One client for both hosts: libcurl keeps exactly one HTTP/2 connection per host.
+        self._client = Http2Client(ca_file=ca_file, name="apns")
+        self._fixed = [f"{k}: {v}" for k, v in self.headers(None).items()]
         self._throttle = LogThrottle()
 
     @classmethod
@@ -264,8 +272,9 @@ class ApnsProvider:
     def __repr__(self) -> str:
         return f"ApnsProvider(style={self._style.value!r})"
 
-    def headers(self, message: Message) -> dict[str, str]:
-        """The APNs request headers of ``message`` (without authorization).
+    def headers(self, message: Message | None) -> dict[str, str]:
+        """The APNs request headers of ``message`` (without authorization); with
+        ``None``, those every person-mode message of this provider shares.
 
         A topic push is always background (priority 5), whatever ``style`` says,
         and collapses per topic.
@@ -280,7 +289,7 @@ class ApnsProvider:
         }
         if isinstance(message, TopicMessage):
             out["apns-collapse-id"] = message.collapse_id
-        elif message.thread_id is not None:
+        elif message is not None and message.thread_id is not None:
             out["apns-collapse-id"] = collapse_id(message.thread_id)
         return out
 
@@ -293,7 +302,7 @@ class ApnsProvider:
             aps = {"alert": {"title": self._alert_title}, "mutable-content": 1}
             if isinstance(message, PushMessage) and not message.quiet:
                 aps["sound"] = "default"
-        return json.dumps({"aps": aps, **message.payload()}, separators=(",", ":")).encode()
+        return orjson.dumps({"aps": aps, **message.payload()})
 
     async def send(self, target: Target, message: Message) -> Outcome:
         """Send one push; never raises for an APNs or network problem.
@@ -306,39 +315,44 @@ class ApnsProvider:
             return Outcome.rejected("unknown_environment")
         if not _DEVICE_TOKEN.fullmatch(target.token):
             return Outcome.rejected("malformed_token")
-        client = self._clients[base]
         url = f"{base}/3/device/{target.token}"
-        headers = self.headers(message)
+        if isinstance(message, TopicMessage):
+            headers = [f"{k}: {v}" for k, v in self.headers(message).items()]
+        else:
+            headers = self._fixed
+            if message.thread_id is not None:
+                headers = [*headers, f"apns-collapse-id: {collapse_id(message.thread_id)}"]
         content = self.body(message)
-        with trio.move_on_after(self._bound):
-            resent = False
-            while True:
-                token = self.tokens.current()
-                try:
-                    response = await client.post(
-                        url,
-                        content=content,
-                        headers={**headers, "authorization": f"bearer {token}"},
-                    )
-                except httpx.HTTPError as exc:
-                    # No answer from Apple: nothing is known about this token.
-                    return Outcome.transient(transport_reason(exc), RETRY_MINIMUM, ours=True)
-                reason = _reason(response)
-                if response.status_code == 403 and reason == "ExpiredProviderToken":
-                    self.tokens.invalidate(token)
-                    if not resent:
-                        resent = True
-                        continue
-                    # Logged with what to check by the token lifecycle (rejections).
-                    return Outcome.rejected(reason)
-                outcome = apns_outcome(
-                    response.status_code,
-                    reason,
-                    parse_retry_after(response.headers.get("retry-after"), self._clock.now()),
-                )
-                self._explain(outcome, environment)
-                return outcome
-        return Outcome.transient("timeout", RETRY_MINIMUM, ours=True)
+        # The whole send, resend included, within one bound (libcurl keeps it per request).
+        deadline = trio.current_time() + self._bound
+        resent = False
+        while True:
+            left = deadline - trio.current_time()
+            if left <= 0:
+                return apns_outcome(NoAnswer("timeout"))
+            token = self.tokens.current()
+            answer = await self._client.request(
+                url, [*headers, f"authorization: bearer {token}"], content, bound=left
+            )
+            if isinstance(answer, NoAnswer):
+                return apns_outcome(answer)
+            reason = _reason(answer)
+            if answer.status == 403 and reason == "ExpiredProviderToken":
+                self.tokens.invalidate(token)
+                if not resent:
+                    resent = True
+                    continue
+                # Logged with what to check by the token lifecycle (rejections).
+                return Outcome.rejected(reason)
+            if answer.status == 200:
+                return apns_outcome(200)  # the common case: no reason, no Retry-After
+            outcome = apns_outcome(
+                answer.status,
+                reason,
+                parse_retry_after(answer.header("retry-after"), self._clock.now()),
+            )
+            self._explain(outcome, environment)
+            return outcome
 
     def _explain(self, outcome: Outcome, environment: str) -> None:
         if outcome.kind.value == "mismatch" and self._throttle.allow(
@@ -354,16 +368,15 @@ class ApnsProvider:
             )
 
     async def aclose(self) -> None:
-        """Close the connections."""
-        for client in self._clients.values():
-            await client.aclose()
+        """Close the connections (and stop the client's thread)."""
+        await self._client.aclose()
 
 
-def _reason(response: httpx.Response) -> str:
-    if response.status_code == 200 or not response.content:
+def _reason(answer: ProviderAnswer) -> str:
+    if answer.status == 200 or not answer.body:
         return ""
     try:
-        parsed = json.loads(response.content)
+        parsed = json.loads(answer.body)
     except ValueError:
         return ""
     return safe_reason(parsed.get("reason") if isinstance(parsed, dict) else None, "")

@@ -20,12 +20,16 @@ Answers become outcomes here and nowhere else, in this order (SPEC section 10):
 5. Everything else, ``INVALID_ARGUMENT`` included: rejected (a payload bug
    must never delete registrations).
 
+No answer at all (timeout, connection, DNS, TLS or protocol error) is
+transient, 10 s minimum, and ``ours``, like a failing token endpoint: they
+never count as a strike. Sends share one HTTP/2 connection
+(:class:`~.http2.Http2Client`: libcurl in one thread); the token endpoint is
+called through google-auth in a worker thread.
+
 A longer ``Retry-After`` is honoured up to 300 s. A 401 means the access token
 was refused: it is dropped, a new one fetched and the message resent once
-within the same deadline; a second 401 is rejected. No answer at all
-(connection, TLS, timeout) and a failing token endpoint are transient and
-``ours``: they never count as a strike. Rejections are logged with what to
-check by the token lifecycle (:mod:`bothy_notify.notify.lifecycle`).
+within the same deadline; a second 401 is rejected. Rejections are logged
+with what to check by the token lifecycle (:mod:`bothy_notify.notify.lifecycle`).
 
 Access-token errors (module hierarchy)::
 
@@ -46,7 +50,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import google.auth.exceptions
-import httpx
+import orjson
 import requests
 import trio
 from google.auth.transport.requests import Request as GoogleRequest
@@ -54,18 +58,17 @@ from google.oauth2 import service_account
 
 from bothy_notify.config import ConfigError, FcmConfig
 from bothy_notify.kernel.clock import Clock
+from bothy_notify.push.http2 import Http2Client
 from bothy_notify.push.port import Message, Outcome, Target
-from bothy_notify.push.streams import provider_client
 from bothy_notify.push.transport import (
-    BACKSTOP_TIMEOUT,
     REQUEST_BOUND,
     LogThrottle,
+    NoAnswer,
     check_https_url,
     parse_retry_after,
     retry_delay,
     safe_reason,
     ssl_context,
-    transport_reason,
 )
 
 log = logging.getLogger("bothy.push.fcm")
@@ -112,6 +115,10 @@ class AccessTokens(Protocol):
         """Forget ``token`` if it is the cached one (the endpoint refused it)."""
         ...
 
+    def peek(self) -> str | None:
+        """The cached token when it is still fresh, else ``None``; never waits."""
+        ...
+
 
 class StaticAccessTokens:
     """An in-memory :class:`AccessTokens`: always the same token (unit tests)."""
@@ -126,6 +133,9 @@ class StaticAccessTokens:
 
     def invalidate(self, token: str) -> None:
         self.invalidated += 1
+
+    def peek(self) -> str | None:
+        return self._value
 
     def __repr__(self) -> str:
         return "StaticAccessTokens(***)"
@@ -225,6 +235,9 @@ class GoogleAccessTokens:
             self._token = None
             self._expires_at = None
 
+    def peek(self) -> str | None:
+        return self._fresh()
+
     def _refresh_blocking(self) -> tuple[str, timedelta]:
         # A session per refresh: the next one is an hour away, so no connection is kept.
         with requests.Session() as session:
@@ -285,8 +298,14 @@ def _details(body: bytes) -> tuple[str, list[str], bool]:
     return status, codes, quota
 
 
-def fcm_outcome(status: int, body: bytes, retry_after: timedelta | None = None) -> Outcome:
-    """The outcome of one FCM answer; pure. See the module docstring for the order."""
+def fcm_outcome(
+    status: int | NoAnswer, body: bytes = b"", retry_after: timedelta | None = None
+) -> Outcome:
+    """The outcome of one FCM answer, or of no answer (:class:`~.transport.NoAnswer`:
+    transient with its reason); pure. See the module docstring for the order."""
+    if isinstance(status, NoAnswer):
+        # No answer from FCM: nothing is known about this token.
+        return Outcome.transient(status.reason, TRANSIENT_MINIMUM, ours=True)
     if status == 200:
         return Outcome.delivered()
     error_status, codes, quota = _details(body)
@@ -318,6 +337,8 @@ class FcmProvider:
     """
 
     name = "fcm"
+    bounds_every_send = True
+    """Every request ends within its bound (libcurl's timer); see ``push/registry.py``."""
 
     def __init__(
         self,
@@ -334,11 +355,8 @@ class FcmProvider:
         self.tokens = tokens
         self._clock = clock
         self._bound = request_bound
-        self._client = provider_client(
-            ssl_context(ca_file, key="push.fcm.ca_file"),
-            limits=httpx.Limits(max_keepalive_connections=16, keepalive_expiry=120.0),
-            timeout=BACKSTOP_TIMEOUT,
-        )
+        ssl_context(ca_file, key="push.fcm.ca_file")  # a bad CA file fails here, naming the key
+        self._client = Http2Client(ca_file=ca_file, name="fcm")
         self._throttle = LogThrottle()
 
     @classmethod
@@ -381,44 +399,49 @@ class FcmProvider:
 
         Cancellation abandons the request (and a token fetch in its thread).
         """
-        content = json.dumps(self.message(target, message), separators=(",", ":")).encode()
+        content = orjson.dumps(self.message(target, message))
         token = await self._token()
         if isinstance(token, Outcome):
             return token
-        with trio.move_on_after(self._bound):
-            resent = False
-            while True:
-                try:
-                    response = await self._client.post(
-                        self._url,
-                        content=content,
-                        headers={
-                            "authorization": f"Bearer {token}",
-                            "content-type": "application/json",
-                        },
-                    )
-                except httpx.HTTPError as exc:
-                    # No answer from FCM: nothing is known about this token.
-                    return Outcome.transient(transport_reason(exc), TRANSIENT_MINIMUM, ours=True)
-                if response.status_code == 401:
-                    self.tokens.invalidate(token)
-                    if not resent:
-                        resent = True
-                        token = await self._token()
-                        if isinstance(token, Outcome):
-                            return token
-                        continue
-                    return self._refused("UNAUTHENTICATED")
-                outcome = fcm_outcome(
-                    response.status_code,
-                    response.content,
-                    parse_retry_after(response.headers.get("retry-after"), self._clock.now()),
-                )
-                self._explain(outcome)
-                return outcome
-        return Outcome.transient("timeout", TRANSIENT_MINIMUM, ours=True)
+        # The send, resend included, within one bound (libcurl keeps it per request);
+        # a token fetch has its own.
+        deadline = trio.current_time() + self._bound
+        resent = False
+        while True:
+            left = deadline - trio.current_time()
+            if left <= 0:
+                return fcm_outcome(NoAnswer("timeout"))
+            answer = await self._client.request(
+                self._url,
+                [f"authorization: Bearer {token}", "content-type: application/json"],
+                content,
+                bound=left,
+            )
+            if isinstance(answer, NoAnswer):
+                return fcm_outcome(answer)
+            if answer.status == 401:
+                self.tokens.invalidate(token)
+                if not resent:
+                    resent = True
+                    token = await self._token()
+                    if isinstance(token, Outcome):
+                        return token
+                    continue
+                return self._refused("UNAUTHENTICATED")
+            if answer.status == 200:
+                return fcm_outcome(200)  # the common case: no body to read, no Retry-After
+            outcome = fcm_outcome(
+                answer.status,
+                answer.body,
+                parse_retry_after(answer.header("retry-after"), self._clock.now()),
+            )
+            self._explain(outcome)
+            return outcome
 
     async def _token(self) -> str | Outcome:
+        cached = self.tokens.peek()
+        if cached is not None:
+            return cached  # the common case: no fetch, so no bound to set
         # Our own token fetch failing says nothing about the registration: ``ours``.
         with trio.move_on_after(self._bound):
             try:
@@ -444,5 +467,5 @@ class FcmProvider:
             )
 
     async def aclose(self) -> None:
-        """Close the connections."""
+        """Close the connections (and stop the client's thread)."""
         await self._client.aclose()

@@ -3,7 +3,10 @@
 Sends run at most ``push.max_in_flight`` at once per provider, so a stalled
 provider holds permits of its own channel only. A send that outlives the
 safety bound is ``transient`` (each provider already bounds every request to
-10 s; the bound here catches a provider that would not).
+10 s; the bound here catches a provider that would not). A provider whose
+class sets ``bounds_every_send = True`` (APNs and FCM: libcurl's timer ends
+every request) goes without it: the extra cancel scope per push was a
+measurable share of the CPU per push (``docs/performance.md``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ class Providers:
     def __init__(self, providers: Mapping[str, PushProvider], *, max_in_flight: int) -> None:
         self._providers = dict(providers)
         self._limiters = {name: trio.CapacityLimiter(max_in_flight) for name in self._providers}
+        self._self_bounded = frozenset(
+            name for name, p in self._providers.items() if getattr(p, "bounds_every_send", False)
+        )
 
     @property
     def names(self) -> frozenset[str]:
@@ -66,11 +72,16 @@ class Providers:
         if provider is None:
             return Outcome.rejected("provider_not_configured")
         limiter = self._limiters[target.provider]
-        with trio.move_on_after(permit_wait) as waiting:
-            await limiter.acquire()
-        if waiting.cancelled_caught:
-            return None
         try:
+            limiter.acquire_nowait()  # the common case: a permit is free, no deadline needed
+        except trio.WouldBlock:
+            with trio.move_on_after(permit_wait) as waiting:
+                await limiter.acquire()
+            if waiting.cancelled_caught:
+                return None
+        try:
+            if target.provider in self._self_bounded:
+                return await provider.send(target, message)
             with trio.move_on_after(SEND_BOUND.total_seconds()):
                 return await provider.send(target, message)
             # The provider did not keep its own bound: nothing is known about the token.

@@ -1,7 +1,10 @@
-"""Network streams for provider connections that stay sound when a send is cancelled.
+"""Network streams for httpx connections that stay sound when a send is cancelled.
 
-Every provider send is bounded by a cancel scope (SPEC section 10: 10 s). httpcore
-is not written for that on a shared HTTP/2 connection:
+Every provider send is bounded by a cancel scope (SPEC section 10: 10 s). The
+webhook provider sends through httpx (``push/pinned.py`` wraps its connections
+in :class:`CancelSafeStream`); APNs and FCM no longer do (``push/http2.py``),
+but the lessons below are why their transport is built the way it is.
+httpcore is not written for cancellation on a shared HTTP/2 connection:
 
 - it takes the bytes to send out of the h2 state machine and then awaits the
   socket write; a cancellation before the write completes drops bytes that h2
@@ -15,18 +18,14 @@ caller is cancelled (bounded by :data:`WRITE_BOUND`; past that the stream is
 closed, which httpcore sees as a broken connection), and closes the socket of
 a handshake that is cancelled. Cancellation then only lands where httpcore can
 take it: waiting for a lock, a stream slot or the answer.
-
-:func:`provider_client` builds the httpx client the APNs and FCM providers use.
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterable
 from typing import Any
 
 import httpcore
-import httpx
 import trio
 
 WRITE_BOUND = 10.0
@@ -75,64 +74,3 @@ class CancelSafeStream(httpcore.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
-
-
-class CancelSafeBackend(httpcore.AsyncNetworkBackend):
-    """Trio connections wrapped in :class:`CancelSafeStream`."""
-
-    def __init__(self) -> None:
-        self._inner = httpcore.TrioBackend()
-
-    def __repr__(self) -> str:
-        return "CancelSafeBackend()"
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        return CancelSafeStream(stream)
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("providers never use Unix sockets")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
-class _Transport(httpx.AsyncHTTPTransport):
-    """httpx's transport over a pool that uses :class:`CancelSafeBackend`."""
-
-    def __init__(self, *, ssl_context: ssl.SSLContext, limits: httpx.Limits, http2: bool) -> None:
-        super().__init__(verify=ssl_context, limits=limits, http2=http2, trust_env=False)
-        # httpx takes no network backend; its pool is replaced by an equal one that has ours.
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True,
-            http2=http2,
-            network_backend=CancelSafeBackend(),
-        )
-
-
-def provider_client(
-    ssl_context: ssl.SSLContext, *, limits: httpx.Limits, timeout: httpx.Timeout
-) -> httpx.AsyncClient:
-    """An HTTP/2 httpx client on cancel-safe streams; no redirects, no proxy from env."""
-    return httpx.AsyncClient(
-        transport=_Transport(ssl_context=ssl_context, limits=limits, http2=True),
-        timeout=timeout,
-        follow_redirects=False,
-        trust_env=False,
-    )

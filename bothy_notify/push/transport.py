@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import ssl
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -24,12 +25,45 @@ from bothy_notify.config import ConfigError
 
 REQUEST_BOUND = 10.0
 """Seconds one provider request or token fetch may take (SPEC section 10)."""
-BACKSTOP_TIMEOUT = httpx.Timeout(2 * REQUEST_BOUND)
-"""httpx's own timeouts, a backstop only: the providers' cancel scopes end a request first."""
 RETRY_AFTER_CAP = timedelta(seconds=300)
 """Longest provider Retry-After honoured; a longer one is cut to this."""
 
 _REASON = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderAnswer:
+    """The provider answered: a status (any, 5xx included), header lines and a body.
+
+    ``head`` holds the raw header lines as received (the status line first);
+    :meth:`header` reads one.
+    """
+
+    status: int
+    head: tuple[bytes, ...] = ()
+    body: bytes = b""
+
+    def header(self, name: str) -> str | None:
+        """The last value of header ``name`` (case-insensitive), or ``None``."""
+        wanted = name.lower().encode("ascii")
+        found: str | None = None
+        for line in self.head:
+            key, sep, value = line.partition(b":")
+            if sep and key.strip().lower() == wanted:
+                found = value.strip().decode("latin-1")
+        return found
+
+    def __repr__(self) -> str:
+        return f"ProviderAnswer(status={self.status})"
+
+
+@dataclass(frozen=True, slots=True)
+class NoAnswer:
+    """No answer came from the provider: ``reason`` says why (``connect_error``,
+    ``dns_error``, ``tls_error``, ``protocol_error``, ``network_error``, ``timeout``,
+    ``closed``). Not the provider's verdict: the failure was on the way, or ours."""
+
+    reason: str
 
 
 def safe_reason(text: object, fallback: str) -> str:

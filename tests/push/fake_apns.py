@@ -18,6 +18,7 @@ import json
 import re
 import ssl
 import sys
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -37,6 +38,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 _PATH = re.compile(r"^/3/device/([0-9a-fA-F]{64,200})$")
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 TOKEN_MAX_AGE = timedelta(hours=1)
 
 
@@ -48,6 +50,11 @@ class Answer:
     reason: str = ""
     stall: bool = False
     headers: tuple[tuple[str, str], ...] = ()
+
+
+def apns_id(headers: dict[str, str]) -> str:
+    """The ``apns-id`` APNs answers with: the request's own, or a new UUID when it sent none."""
+    return headers.get("apns-id") or str(uuid.uuid4())
 
 
 @dataclass
@@ -95,6 +102,7 @@ class FakeApns:
         self.protocol_errors: list[str] = []
         self.count = 0
         self.connections = 0
+        self.resets = 0  # streams the client reset (RST_STREAM), e.g. a cancelled send
         self.script: dict[str, list[Answer]] = {}
         self.default = Answer()
         self.stalling = False
@@ -165,7 +173,7 @@ class FakeApns:
         lock = trio.Lock()
         heads: dict[int, dict[str, str]] = {}
         bodies: dict[int, bytearray] = {}
-        held: list[int] = []
+        held: list[tuple[int, str]] = []  # (stream, apns-id) of requests held unanswered
 
         async def flush() -> None:
             data = conn.data_to_send()
@@ -177,9 +185,9 @@ class FakeApns:
             while True:
                 await self._resume.wait()
                 await trio.lowlevel.checkpoint()
-                for stream_id in held:
+                for stream_id, held_id in held:
                     if stream_id in conn.streams:
-                        self._respond(conn, stream_id, Answer())
+                        self._respond(conn, stream_id, Answer(), held_id)
                 held.clear()
                 await flush()
 
@@ -211,30 +219,34 @@ class FakeApns:
                             )
                         elif isinstance(event, h2.events.StreamEnded):
                             sid = event.stream_id
-                            answer = self._handle(heads.pop(sid, {}), bytes(bodies.pop(sid, b"")))
+                            head = heads.pop(sid, {})
+                            answer = self._handle(head, bytes(bodies.pop(sid, b"")))
                             if answer.stall:
-                                held.append(sid)
+                                held.append((sid, apns_id(head)))
                             else:
-                                self._respond(conn, sid, answer)
+                                self._respond(conn, sid, answer, apns_id(head))
                         elif isinstance(event, h2.events.StreamReset):
+                            self.resets += 1
+                            changed, self.changed = self.changed, trio.Event()
+                            changed.set()
                             heads.pop(event.stream_id, None)
                             bodies.pop(event.stream_id, None)
                         elif isinstance(event, h2.events.ConnectionTerminated):
                             nursery.cancel_scope.cancel()
                     await flush()
                 nursery.cancel_scope.cancel()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h2.exceptions.ProtocolError):
-            pass
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, h2.exceptions.ProtocolError):
+            pass  # the client went away (also from inside the nursery, as a group)
         finally:
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True
                 await stream.aclose()
 
-    def _respond(self, conn: h2.connection.H2Connection, stream_id: int, answer: Answer) -> None:
-        headers = [
-            (":status", str(answer.status)),
-            ("apns-id", "00000000-0000-0000-0000-000000000001"),
-        ]
+    def _respond(
+        self, conn: h2.connection.H2Connection, stream_id: int, answer: Answer, request_id: str
+    ) -> None:
+        # APNs echoes the request's apns-id (or the one it made up), never a fixed one.
+        headers = [(":status", str(answer.status)), ("apns-id", request_id)]
         headers.extend(answer.headers)
         try:
             if answer.status == 200:
@@ -282,6 +294,8 @@ class FakeApns:
         return Answer(status, reason)
 
     def _check(self, request: ApnsRequest, headers: dict[str, str], raw: bytes) -> Answer | None:
+        if "apns-id" in headers and _UUID.fullmatch(headers["apns-id"]) is None:
+            return self._violation(400, "BadMessageId", "apns-id is not a canonical UUID")
         if headers.get(":method") != "POST":
             return self._violation(405, "MethodNotAllowed", "method is not POST")
         if _PATH.fullmatch(request.path) is None:

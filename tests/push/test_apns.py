@@ -13,6 +13,7 @@ from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.apns import ApnsCredentials, ApnsProvider, apns_outcome, collapse_id
 from bothy_notify.push.factory import build_providers
 from bothy_notify.push.port import OutcomeKind, PushMessage, Target
+from bothy_notify.push.transport import NoAnswer
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
 from tests.push.fake_apns import Answer, FakeApns
 
@@ -185,6 +186,14 @@ def test_a_410_with_another_reason_and_odd_statuses_are_rejected() -> None:
     assert apns_outcome(302, "").kind is OutcomeKind.REJECTED
     assert apns_outcome(502, "").kind is OutcomeKind.TRANSIENT
     assert apns_outcome(400, "").reason == "http_400"
+
+
+def test_no_answer_is_transient_with_its_reason_apart_from_a_5xx() -> None:
+    no_answer = apns_outcome(NoAnswer("dns_error"))
+    answered = apns_outcome(503, "ServiceUnavailable")
+    assert (no_answer.kind, no_answer.reason) == (OutcomeKind.TRANSIENT, "dns_error")
+    assert no_answer.retry_after == timedelta(seconds=1)
+    assert (answered.kind, answered.reason) == (OutcomeKind.TRANSIENT, "ServiceUnavailable")
 
 
 async def test_an_unanswered_request_is_transient_timeout(

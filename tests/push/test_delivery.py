@@ -299,6 +299,9 @@ class SwitchableAccessTokens:
     def invalidate(self, token: str) -> None:
         return None
 
+    def peek(self) -> str | None:
+        return None  # nothing cached: every send asks the endpoint
+
 
 async def test_an_fcm_token_endpoint_failure_never_counts_a_strike(
     launch: Launch, fake_fcm: FakeFcm, ca_file: str, now_clock: FakeClock

@@ -14,6 +14,7 @@ from bothy_notify.config import ConfigError, structure_config
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.fcm import FcmProvider, StaticAccessTokens, fcm_outcome
 from bothy_notify.push.port import OutcomeKind, PushMessage, Target
+from bothy_notify.push.transport import NoAnswer
 from tests.push.fake_fcm import PROJECT, FakeFcm, FcmAnswer, error_body
 
 TOKEN = "fcm-registration-token-1"
@@ -281,6 +282,12 @@ async def test_a_second_refused_access_token_is_rejected(
 
     assert (outcome.kind, outcome.reason) == (OutcomeKind.REJECTED, "UNAUTHENTICATED")
     assert len(fake_fcm.requests) == 2
+
+
+def test_no_answer_is_transient_for_at_least_10_seconds_with_its_reason() -> None:
+    outcome = fcm_outcome(NoAnswer("connect_error"))
+    assert (outcome.kind, outcome.reason) == (OutcomeKind.TRANSIENT, "connect_error")
+    assert outcome.retry_after == timedelta(seconds=10)
 
 
 async def test_an_unanswered_send_is_transient_timeout(
