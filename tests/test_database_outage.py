@@ -9,26 +9,41 @@ The server is an embedded PostgreSQL of this test's own (never the session's).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import trio
 
 from bothy_notify.kernel.clock import FakeClock
+from bothy_notify.store.migrate import migrate
 from tests.harness import Node, device_token, ev, make_config, producer_token, start_node, wait_for
-from tests.support.stoppable_postgres import StoppablePostgres
+from tests.procs import PgCluster
+
+
+def _start_migrated(postgres: PgCluster) -> None:
+    postgres.start()
+    with psycopg.connect(postgres.url) as conn:
+        migrate(conn)
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[StoppablePostgres]:
-    postgres = StoppablePostgres()
+async def server() -> AsyncIterator[PgCluster]:
+    """An embedded PostgreSQL of this test's own (stopping the session's would break
+    every other test); its URL stays the same across a stop and a start."""
+    home = Path(tempfile.mkdtemp(prefix="bothy-stop-"))
+    postgres = PgCluster(home)
     try:
-        await trio.to_thread.run_sync(postgres.start)
+        await trio.to_thread.run_sync(_start_migrated, postgres)
         yield postgres
     finally:
         await trio.to_thread.run_sync(postgres.close)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 async def setup_people(node: Node) -> None:
@@ -55,7 +70,7 @@ async def post_events(node: Node, *events: dict[str, object]) -> httpx.Response:
 
 @pytest.mark.slow
 async def test_the_daemon_rides_out_a_database_outage_and_resumes_on_its_own(
-    server: StoppablePostgres,
+    server: PgCluster,
 ) -> None:
     async with trio.open_nursery() as nursery:
         node = await start_node(nursery, server.url, clock=FakeClock(), config=make_config())
@@ -101,7 +116,7 @@ async def test_the_daemon_rides_out_a_database_outage_and_resumes_on_its_own(
         # (one probe a second still tries the database).
         await wait_for(marked_unreachable, timeout=20, what="the pool to give up waiting")
 
-        await trio.to_thread.run_sync(server.restart)
+        await trio.to_thread.run_sync(server.start)
 
         async def ready_again() -> bool:
             return (await node.request("GET", "/readyz")).status_code == 200
