@@ -216,13 +216,13 @@ def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
-def _gateway_factory() -> GatewayFactory | None:
-    try:
-        service = importlib.import_module("gateway.service")
-    except ImportError:
-        return None
-    factory: GatewayFactory = service.build_gateway
-    return factory
+def _gateway_factory() -> GatewayFactory:
+    """The gateway's factory. Imported here, not at the top, so commands without a
+    gateway stay light; a broken install fails loudly instead of running a node
+    that silently has no gateway."""
+    from gateway.service import build_gateway
+
+    return build_gateway
 
 
 if __name__ == "__main__":  # pragma: no cover
