@@ -48,13 +48,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from bothy_notify.api.context import ApiContext, device_claims, producer_claims, read_json
 from bothy_notify.api.errors import ApiError
+from bothy_notify.api.registrations import webhook_url
 from bothy_notify.store import topics as store
 from bothy_notify.store.db import StoreUnavailable
 from bothy_notify.topics.model import (
@@ -217,26 +217,6 @@ def _delivery(body: dict[str, Any]) -> tuple[str, str, str | None, bytes | None]
     return channel, token, None, None
 
 
-def _webhook_url(url: str) -> bool:
-    """``https://host[:port]/path?query`` of printable ASCII, without user info or
-    fragment (the allowed domains and addresses are the provider's check)."""
-    if not _TOKEN.fullmatch(url):
-        return False
-    parts = urlsplit(url)
-    try:
-        port_ok = parts.port is None or parts.port > 0
-    except ValueError:
-        return False
-    return (
-        parts.scheme == "https"
-        and bool(parts.hostname)
-        and port_ok
-        and parts.username is None
-        and parts.password is None
-        and not parts.fragment
-    )
-
-
 async def post_register(ctx: ApiContext, request: Request) -> JSONResponse:
     """Create a recipient, or replace a known one's delivery config (subscriptions kept)."""
     await _authenticate(ctx, request)
@@ -249,7 +229,7 @@ async def post_register(ctx: ApiContext, request: Request) -> JSONResponse:
     if channel not in ctx.provider_names:
         _refuse(409, "failed_precondition", NOT_CONFIGURED)
     if channel == "webhook":
-        if not _webhook_url(delivery):
+        if not webhook_url(delivery):
             _refuse(400, "invalid_argument", URL_NOT_ALLOWED)
         if ctx.registration_check is not None:
             check: Callable[..., Awaitable[tuple[str, str] | None]] = ctx.registration_check

@@ -118,7 +118,7 @@ async def _validate(ctx: ApiContext, body: Any) -> dict[str, Any]:
             raise invalid("token", "expected an APNs device token (hex)")
         environment = environment or "production"
     elif provider == "webhook":
-        if not _webhook_url(token):
+        if not webhook_url(token):
             raise invalid("token", "expected an https URL without credentials or fragment")
         if signing_key is None:
             raise invalid("signing_key", "required for a webhook")
@@ -138,7 +138,7 @@ async def _validate(ctx: ApiContext, body: Any) -> dict[str, Any]:
     return out
 
 
-def _webhook_url(token: str) -> bool:
+def webhook_url(token: str) -> bool:
     """A webhook token is an ``https://host[:port]/path?query`` URL of printable ASCII,
     without user info or fragment (allowed domains and addresses are checked by the
     provider's registration check)."""
