@@ -135,6 +135,17 @@ def apns_requests_for(fake: FakeApns, message_id: str) -> set[str]:
     return {r.device_token for r in fake.requests if r.body.get("message_id") == message_id}
 
 
+async def fake_pushes_keep_flowing(url: str, other: World, records: Path) -> None:
+    """Five messages to people on the fake provider, each pushed within 5 s."""
+    for n in range(5):
+        await append(url, [other.message(n)])
+        with trio.fail_after(5):
+            while not any(
+                r["payload"].get("message_id") == f"msg-{n}" for r in read_fake_records(records)
+            ):
+                await trio.sleep(0.02)
+
+
 async def test_an_apns_outage_invalidates_nobody_and_pushes_resume(
     daemons: DaemonFactory,
     fault_db: str,
@@ -190,13 +201,7 @@ async def test_a_stalled_apns_is_bounded_and_holds_only_its_own_permits(
             while fake.count < 4:  # every APNs permit is held by a stalled request
                 await trio.sleep(0.05)
         # Meanwhile the other channel delivers at once, message after message.
-        for n in range(5):
-            await append(fault_db, [other.message(n)])
-            with trio.fail_after(5):
-                while not any(
-                    r["payload"].get("message_id") == f"msg-{n}" for r in read_fake_records(records)
-                ):
-                    await trio.sleep(0.02)
+        await fake_pushes_keep_flowing(fault_db, other, records)
         assert trio.current_time() - stalled_at < 10, "the fake pushes waited for APNs"
 
         # Every stalled request ends within its bound (10 s) as a transient attempt.
@@ -243,12 +248,6 @@ async def test_a_webhook_host_that_never_answers_holds_only_webhook_permits(
         with trio.fail_after(10):
             while receiver.stalled < 2:  # both webhook permits are held
                 await trio.sleep(0.05)
-        for n in range(5):
-            await append(fault_db, [other.message(n)])
-            with trio.fail_after(5):
-                while not any(
-                    r["payload"].get("message_id") == f"msg-{n}" for r in read_fake_records(records)
-                ):
-                    await trio.sleep(0.02)
+        await fake_pushes_keep_flowing(fault_db, other, records)
         assert trio.current_time() - started < 10, "fake pushes waited for the webhook host"
     assert len(read_fake_records(records)) == 5 * len(other.people)
