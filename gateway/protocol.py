@@ -39,11 +39,11 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bothy_notify.kernel import strict_json
 from bothy_notify.kernel.ids import is_valid_id
 from gateway.errors import ProtocolViolation
 
@@ -206,13 +206,8 @@ def decode_client_frame(message: str | bytes, *, max_focused_threads: int) -> Cl
     if not isinstance(message, str):
         raise ProtocolViolation(MALFORMED)
     try:
-        frame = json.loads(
-            message,
-            object_pairs_hook=_unique_members,
-            parse_constant=_refuse_constant,
-            parse_float=_finite_float,
-        )
-    except (ValueError, RecursionError):
+        frame = strict_json.loads(message)
+    except ValueError:
         raise ProtocolViolation(MALFORMED) from None
     if not isinstance(frame, dict) or not set(frame) <= {"op", "d"}:
         raise ProtocolViolation(MALFORMED)
@@ -235,24 +230,6 @@ def decode_client_frame(message: str | bytes, *, max_focused_threads: int) -> Cl
     if op == "focus":
         return _focus(d, max_focused_threads)
     return _read(d)
-
-
-def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    frame = dict(pairs)
-    if len(frame) != len(pairs):
-        raise ValueError("a member is named twice")
-    return frame
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError("NaN and Infinity are not JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError("a number beyond a double")
-    return value
 
 
 def _focus(d: Mapping[str, Any], limit: int) -> Focus:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import aclosing
@@ -16,6 +15,7 @@ from starlette.requests import Request
 from bothy_notify.api.errors import ApiError, bad_json, body_timeout, too_large
 from bothy_notify.auth import AuthError, DeviceClaims, ProducerClaims, TokenVerifier
 from bothy_notify.config import Config
+from bothy_notify.kernel import strict_json
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.notify.catalogue import CatalogueSource, FixedCatalogue
@@ -117,8 +117,9 @@ async def read_json(request: Request, limit: int) -> Any:
     408 when the body has not arrived by the request's deadline.
 
     Malformed includes what Python's parser would otherwise let through or
-    choke on: ``NaN``/``Infinity`` (not JSON), numbers too large for a double,
-    and nesting too deep to parse. The deadline (``server.body_timeout`` from
+    choke on (:mod:`bothy_notify.kernel.strict_json`): ``NaN``/``Infinity``,
+    numbers too large for a double, a member named twice, and nesting too deep
+    to parse. The deadline (``server.body_timeout`` from
     the end of the headers) bounds the whole body, not each read, so a client
     sending one byte at a time cannot hold the request open.
     """
@@ -136,17 +137,6 @@ async def read_json(request: Request, limit: int) -> Any:
     if deadline.cancelled_caught:
         raise body_timeout()
     try:
-        return json.loads(body, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        return strict_json.loads(body)
+    except ValueError:
         raise bad_json() from None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError("not JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError("out of range")
-    return value

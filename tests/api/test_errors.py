@@ -30,6 +30,7 @@ def error_of(response: Any) -> dict[str, str]:
 MALFORMED = {
     "syntax": b"{not json",
     "nan": b'{"seq": NaN}',
+    "member-twice": b'{"seq": 1, "seq": 2}',
     "infinite": b'{"seq": 1e999}',
     "deep": b"[" * 100_000,
     "not-utf8": b"\xff\xfe",
