@@ -221,11 +221,16 @@ class NotificationClient:
         """The task runner: a run at start, after every wake, when a deadline passes,
         and at least hourly; runs again at once while work remains.
 
+        The run at start happens whatever the deadlines say, so a change whose wake
+        was lost (the process ended between the app's commit and :meth:`wake`) is
+        sent now rather than at the hourly run; with nothing to send it makes no
+        call (the diff is local).
+
         Cancellation: a request in flight is abandoned (its effect is learnt on the
         next run; nothing local is half-written).
         """
         task_status.started()
-        more = False
+        more = True  # the run at start
         while True:
             wake = self._wake
             if wake.is_set():

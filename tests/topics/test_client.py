@@ -387,3 +387,25 @@ async def test_the_task_runner_syncs_after_a_wake(world: World, nursery: trio.Nu
 
     await wait_for(subscribed, what="the runner to subscribe the new conversation")
     nursery.cancel_scope.cancel()
+
+
+async def test_a_restarted_runner_sends_a_change_whose_wake_was_lost(
+    world: World, nursery: trio.Nursery
+) -> None:
+    client = world.client()
+    await client.enable(FAKE, Rules(include_welcomes=False))
+    assert await runs(client, 1) == [None]  # nothing desired yet; the hourly run is ahead
+    # The app commits a new conversation, and its process ends before it calls wake().
+    (topic,) = world.groups(1)
+    before = len(world.api.calls)
+
+    restarted = world.client()
+    await nursery.start(restarted.run)
+
+    async def subscribed() -> bool:
+        return topic in await world.backend_topics(restarted)
+
+    # No clock advance: the run at start sends it, not the hourly one.
+    await wait_for(subscribed, what="the run at start to subscribe the conversation")
+    assert world.api.calls[before:] == ["subscriptions"]
+    nursery.cancel_scope.cancel()
