@@ -115,6 +115,18 @@ async def test_two_api_nodes_and_a_worker_tell_the_right_device_at_the_right_tim
             node, "bothy_jobs_finished_total", kind=GATEWAY_SEND, result="published"
         ) == (2 if node is a else 1)
 
+    # The laptop moves to A while its connection on B is still open: as on one node,
+    # the older connection closes with 4017, and the device is told once.
+    moved = await live(nursery, a, "alex", "alex-laptop", "windows")
+    assert await laptop.wait_closed() == (4017, "replaced by a newer connection")
+    assert not moved.ended
+    await c.append(b, message(4))
+    await until(lambda: _has(moved, "m4"), "the moved laptop's hint for m4")
+    await until(lambda: _has(desktop, "m4"), "the desktop's hint for m4")
+    await c.settled()
+    assert len(hints(moved, "m4")) == len(hints(desktop, "m4")) == 1
+    assert hints(laptop, "m4") == []
+
 
 async def _has(client, message_id: str) -> bool:
     return bool(hints(client, message_id))
