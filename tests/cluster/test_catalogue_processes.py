@@ -6,7 +6,6 @@ while they run (issue 12).
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from functools import partial
@@ -121,14 +120,22 @@ async def test_a_cluster_follows_the_kinds_directory_and_keeps_one_version_per_n
     for node in (a, w):
         await until(partial(_invalid, c, node, 1), "the misplaced file to be counted")
     assert (await catalogue(http, a)).json()["version"] == first
-    checked = subprocess.run(
-        [sys.executable, "-m", "bothy_notify.cli", "check-config", "--config", str(w.config_file)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    with trio.fail_after(60):
+        checked = await trio.run_process(
+            [
+                sys.executable,
+                "-m",
+                "bothy_notify.cli",
+                "check-config",
+                "--config",
+                str(w.config_file),
+            ],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
     assert checked.returncode == 2
-    assert "notify.kinds_dir: kinds.toml: in the wrong place" in checked.stderr
+    assert b"notify.kinds_dir: kinds.toml: in the wrong place" in checked.stderr
     for node in (a, w):
         assert "kinds file refused; the last good kinds stay in use" in node.log_text()
 
