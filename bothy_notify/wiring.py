@@ -341,6 +341,10 @@ class Daemon:
                     node_id=self.node_id,
                 )
                 await nursery.start(self.registry.run)
+            if config.notify.kinds_dir:
+                # Every node follows the kinds directory, asked or not: its log lines and
+                # bothy_catalogue_invalid_files must be true on an idle node too.
+                await nursery.start(self._supervised("catalogue", self.live_catalogue.watch).run)
             presence: PresenceSource = NoPresence()
             publisher: EphemeralPublisher | None = None
             gateway_address: str | None = None

@@ -124,7 +124,10 @@ class Gateway:
             presence_published=self.shared.wait_published if self.shared else None,
         )
         self._revocations = RevocationListener(
-            database_url=database_url, hub=self.hub, retry_interval=config.notify.poll_interval
+            database_url=database_url,
+            hub=self.hub,
+            retry_interval=config.notify.poll_interval,
+            node_id=node_id,
         )
         # Restarted with backoff should it ever fail, without taking the gateway down.
         self._revocations_service = Supervised(

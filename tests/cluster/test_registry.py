@@ -29,7 +29,7 @@ async def publish(db: Database, clock: FakeClock, node_id: str, *entries: Presen
             c,
             node_id=node_id,
             people=["alex"],
-            entries=[("alex", e) for e in entries],
+            entries=[("alex", e, i) for i, e in enumerate(entries, 1)],
             now=clock.now(),
         )
     )

@@ -144,7 +144,11 @@ async def write(
 ) -> None:
     assert await db.run(
         lambda c: cluster.publish_presence(
-            c, node_id=node_id, people=[user], entries=[(user, e) for e in entries], now=clock.now()
+            c,
+            node_id=node_id,
+            people=[user],
+            entries=[(user, e, i) for i, e in enumerate(entries, 1)],
+            now=clock.now(),
         )
     )
 
