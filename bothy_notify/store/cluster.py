@@ -9,7 +9,7 @@ Tables (migration ``0009_cluster``, both UNLOGGED):
 - ``bothy.presence``: the presence facts (SPEC section 6) of every live
   connection, one row per (person, device, node), written by the node that
   holds the connection (:func:`publish_presence`), with two numbers that are
-  no fact of the person (migration ``0010_presence_replacement``): the
+  no fact of the person (migration ``0011_presence_replacement``): the
   holding node's serial of the connection, and ``live_seq``, which orders the
   connections of one device across nodes.
 
