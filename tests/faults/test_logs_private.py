@@ -20,7 +20,7 @@ import trustme
 
 from bothy_notify.auth import mint_token
 from tests.faults.conftest import DaemonFactory
-from tests.faults.world import append, wait_settled
+from tests.faults.world import append, closing_count, count_pushes, wait_settled
 from tests.gateway.client import GatewayClient, identify
 from tests.harness import TEST_KEY, device_token, producer_token
 from tests.procs import DaemonProcess, write_config
@@ -165,7 +165,10 @@ async def test_a_full_scenario_logs_no_ids_tokens_urls_or_secrets(
             await node.crash()
             await node.start()
             await wait_settled(fault_db)
-            assert (await http.get(f"{node.api_url}/readyz")).status_code == 200
+        # Every event decided but the planted poison one, the phone's pushes recorded once.
+        expected = {(f"message-{MARK}-{n}", PHONE_TOKEN) for n in range(1, 4)}
+        pushes = count_pushes(node.config_file.parent / "pushes.jsonl", expected)
+        await closing_count(fault_db, node, pushes, pid=node.pid, dead_letters=1)
         assert await node.stop() == 0
         nursery.cancel_scope.cancel()
 
