@@ -26,7 +26,8 @@ targeted at it (its own connections), nothing else.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, Protocol, TextIO
@@ -40,6 +41,7 @@ from bothy_notify.cluster import NodeRegistry
 from bothy_notify.config import (
     ClusterMode,
     Config,
+    ConfigError,
     Role,
     resolve_store_secrets,
     store_secret_names,
@@ -360,7 +362,8 @@ class Daemon:
                 )
                 if self.registry is not None:
                     self.registry.on_rejoin = self.gateway.presence_lost
-                gateway_address = await nursery.start(self.gateway.run)
+                with _listening("server.gateway_listen", config.server.gateway_listen):
+                    gateway_address = await nursery.start(self.gateway.run)
                 if spec.presence == "hub":
                     presence = self.gateway.presence
                 if spec.publisher == "hub":
@@ -401,7 +404,8 @@ class Daemon:
                 finally:
                     api_stopped.set()
 
-            api_address = await nursery.start(serve_http)
+            with _listening("server.api_listen", config.server.api_listen):
+                api_address = await nursery.start(serve_http)
             log.info(
                 "node started",
                 extra={"role": config.server.role.value, "mode": config.cluster.mode.value}
@@ -570,6 +574,21 @@ class Daemon:
             catalogue=self.live_catalogue,
             registration_check=registration_check(providers),
         )
+
+
+@contextmanager
+def _listening(key: str, listen: str) -> Iterator[None]:
+    """Around starting a server: an address it cannot listen on (in use, not this
+    host's, a port below 1024 without the right) stops the node with one line
+    naming the key, instead of a crash record."""
+    try:
+        yield
+    except* OSError as group:
+        first: BaseException = group
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        reason = first.strerror if isinstance(first, OSError) and first.strerror else "refused"
+        raise ConfigError(f"{key}: cannot listen on {listen} ({reason})") from None
 
 
 def _prepare_database(url: str, config: Config) -> Config:

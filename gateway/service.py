@@ -129,26 +129,29 @@ class Gateway:
             retry_interval=config.notify.poll_interval,
             node_id=node_id,
         )
-        # Restarted with backoff should it ever fail, without taking the gateway down.
-        self._revocations_service = Supervised(
-            "revocations", self._revocations.run, metrics=metrics
-        )
+        # Each long-running task of the gateway is restarted with backoff should it ever
+        # fail, without taking the gateway (or the node) down; /readyz reports each.
+        self._services = [
+            Supervised("revocations", self._revocations.run, metrics=metrics),
+            Supervised("expiry", self._expiry.run, metrics=metrics),
+        ]
+        if self.shared is not None:
+            self._services.append(Supervised("presence", self.shared.run, metrics=metrics))
 
     def __repr__(self) -> str:
         return f"Gateway({self.hub!r})"
 
     async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen for revocations, then accept connections until cancelled.
+        """Listen for revocations, watch token expiry (and, in a cluster, publish
+        presence), then accept connections until cancelled.
 
-        ``task_status.started`` receives the bound ``host:port`` once both are
+        ``task_status.started`` receives the bound ``host:port`` once all are
         in effect. Cancellation cancels every connection (use
         :meth:`close_all` first for a graceful close).
         """
         async with trio.open_nursery() as nursery:
-            await nursery.start(self._revocations_service.run)
-            await nursery.start(self._expiry.run)
-            if self.shared is not None:
-                await nursery.start(self.shared.run)
+            for service in self._services:
+                await nursery.start(service.run)
             address: str = await nursery.start(
                 partial(
                     serve_websockets,
@@ -164,8 +167,9 @@ class Gateway:
             task_status.started(address)
 
     def readiness(self) -> Mapping[str, bool]:
-        """``/readyz`` checks of the gateway: its revocation listener is up."""
-        return {"revocations": self._revocations_service.up}
+        """``/readyz`` checks of the gateway: its revocation listener, its expiry watch
+        and (in a cluster) its presence publisher are up."""
+        return {service.name: service.up for service in self._services}
 
     async def close_all(self, code: int) -> None:
         """Close every connection with ``code`` (1001 at shutdown) and refuse new ones.

@@ -130,7 +130,12 @@ class SharedPresencePublisher:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Write batches until cancelled. A write in progress finishes first (never
         abandoned); changes not yet written are dropped with the node's rows by the
-        registry when it leaves."""
+        registry when it leaves.
+
+        Every run starts by writing every connection's presence: after a failure
+        (the gateway supervises this) the batch that failed is not lost.
+        """
+        self.publish_all()
         task_status.started()
         last_write = -PUBLISH_INTERVAL
         while True:
