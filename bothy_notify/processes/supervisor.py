@@ -55,6 +55,10 @@ KILL_AFTER = 10.0
 """Seconds between ``stop`` and SIGKILL: cleanups (giving jobs back, closing pools)
 are short."""
 
+EXIT_GRACE = 5.0
+"""Seconds a child whose channel ended before ``ready`` has to exit on its own (its
+interpreter closes the channel before it is gone) before it is killed."""
+
 EXIT_USAGE = 2
 """A child's exit status for bad usage or configuration (``bothy_notify.cli``)."""
 
@@ -159,6 +163,7 @@ class Supervisor:
                 for child in list(self._children.values()):
                     _kill(child)
                     await child.process.wait()
+                    child.channel.close()
         return self.exit_code
 
     def drain(self) -> None:
@@ -213,7 +218,10 @@ class Supervisor:
                     self._ready_reported = True
                     self._on_ready()
             elif not self._stopping.is_set():
-                _kill(child)  # not ready in time, or its channel ended: it is done
+                # Its channel ended (it is exiting) or it was not ready in time.
+                with trio.move_on_after(EXIT_GRACE):
+                    await child.process.wait()
+                _kill(child)
             await child.process.wait()
             code = child.process.returncode
             del self._children[ordinal]
