@@ -255,6 +255,9 @@ def test_a_database_url_is_kept() -> None:
             "cluster.node_timeout: must be at least twice server.heartbeat",
         ),
         ('[cluster]\nnode_timeout = "20m"', "cluster.node_timeout: must be at most 10m"),
+        ("[server]\nprocesses = 0", "server.processes: must be at least 1"),
+        ("[server]\nprocesses = 257", "server.processes: must be at most 256"),
+        ('[server]\nprocesses = "2"', "server.processes: expected an integer"),
         ("server = 3", "server: "),
         ("not toml at all [", "not valid TOML"),
     ],
@@ -333,3 +336,20 @@ def test_check_config_checks_the_kind_catalogue(
     )
     assert main(["check-config", "--config", str(bad)]) == 2
     assert 'notify.kinds."social:poke".template' in capsys.readouterr().err
+
+
+def test_check_config_says_how_many_processes(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "n.toml"
+    config.write_text("[server]\nprocesses = 4\n")
+    assert main(["check-config", "--config", str(config)]) == 0
+    assert "role all, 4 processes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["0", "257"])
+def test_run_refuses_processes_out_of_range_before_anything_starts(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--processes", value]) == 2
+    assert "--processes: must be between 1 and 256" in capsys.readouterr().err

@@ -3,7 +3,8 @@ daemon's own child end (:func:`bothy_notify.processes.control.supervised_child`)
 
 Usage: ``python tests/processes/fake_node.py BEHAVIOUR RECORD_FILE``. Every event
 is appended to RECORD_FILE as ``<ordinal> <event>`` (``spec``, ``drain``, ``stop``,
-``exit``; the end of the channel counts as ``drain``), one line each, so a test can read what each child saw.
+``exit``; the end of the channel counts as ``drain``), one line each, so a test
+can read what each child saw.
 
 Behaviours:
 
