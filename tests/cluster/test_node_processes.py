@@ -19,6 +19,7 @@ import json
 import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,7 @@ async def test_desktops_on_either_process_get_each_hint_once_from_the_process_ho
 
         await c.append(node, message(1))
         for desktop in desktops:
-            await until(lambda d=desktop: _has(d, "m1"), "every desktop's hint")
+            await until(partial(_has, desktop, "m1"), "every desktop's hint")
         await c.settled()
         assert all(len(hints(d, "m1")) == 1 for d in desktops)
         targets = await c.sql(
