@@ -15,6 +15,7 @@ Every wait polls a condition under an absolute timeout; nothing sleeps for a del
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -27,6 +28,8 @@ import httpx
 import pytest
 import trio
 
+from bothy_notify.kernel.sockets import bind_shared, open_shared_listener
+from gateway.service import build_gateway
 from tests.cluster.live import GATEWAY_SEND, Cluster, hints, live, message, node_config, until
 from tests.faults.world import World, append, count_pushes, register_phone, wait_settled
 from tests.gateway.client import GatewayClient, identify
@@ -247,3 +250,31 @@ async def test_node_processes_that_keep_failing_at_start_end_the_command_with_an
     lines = node.log_text()
     assert "node process failed at start" in lines
     assert "node processes keep failing at start; stopping" in lines
+
+
+async def test_one_process_binds_as_before_and_shares_no_port(launch: Any) -> None:
+    node = await launch(gateway_factory=build_gateway)
+    addresses = node.addresses
+    assert addresses.api is not None and addresses.gateway is not None
+    for address in (addresses.api, addresses.gateway):
+        with pytest.raises(OSError) as error:
+            bind_shared(address).close()
+        assert error.value.errno == errno.EADDRINUSE
+
+
+async def test_shared_ports_take_connections_only_where_a_process_listens() -> None:
+    reserved = bind_shared("127.0.0.1:0")  # the parent's: bound, not listening
+    address = f"127.0.0.1:{reserved.getsockname()[1]}"
+    listener = open_shared_listener(address)
+    try:
+        stream = await trio.open_tcp_stream("127.0.0.1", reserved.getsockname()[1])
+        accepted = await listener.accept()
+        await stream.send_all(b"x")
+        assert await accepted.receive_some(1) == b"x"
+        await stream.aclose()
+        await accepted.aclose()
+    finally:
+        await listener.aclose()
+    with pytest.raises(OSError):  # the reservation alone answers nobody
+        await trio.open_tcp_stream("127.0.0.1", reserved.getsockname()[1])
+    reserved.close()
