@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import fields, replace
 from functools import partial
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import trio
 
@@ -206,12 +206,13 @@ def _run_processes(config: Config, count: int, path: str | None) -> int:
     except ListenError as exc:
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except BaseExceptionGroup as group:
+        _raise_startup_error(group)
 
 
 def _run(config: Config, *, child: ParentChannel | None = None) -> int:
     """``run`` as one node: this process (``child``: one of the node processes of
     ``server.processes``, told what to do over its control channel)."""
-    from bothy_notify.store.db import StoreError
     from bothy_notify.wiring import Daemon, NodeAddresses
 
     daemon = Daemon(
@@ -272,14 +273,21 @@ def _run(config: Config, *, child: ParentChannel | None = None) -> int:
     try:
         trio.run(main_task)
     except BaseExceptionGroup as group:
-        # A startup error (a provider's credentials, a missing secret, an unreachable
-        # database) surfaces from the nursery wrapped in a group; report it in one line
-        # like the same error of any other command.
-        reported, rest = group.split((ConfigError, StoreError))
-        if reported is None or rest is not None:
-            raise
-        raise _first_leaf(reported) from None
+        _raise_startup_error(group)
     return EXIT_OK
+
+
+def _raise_startup_error(group: BaseExceptionGroup[BaseException]) -> NoReturn:
+    """A startup error (a provider's credentials, a missing secret, an unreachable
+    database) surfaces from a nursery wrapped in a group; raise it alone, so it is
+    reported in one line like the same error of any other command. Anything else in
+    the group is raised as it came."""
+    from bothy_notify.store.db import StoreError
+
+    reported, rest = group.split((ConfigError, StoreError))
+    if reported is None or rest is not None:
+        raise group
+    raise _first_leaf(reported) from None
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
