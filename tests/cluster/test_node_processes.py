@@ -228,6 +228,7 @@ async def test_a_killed_node_process_is_reported_started_again_and_loses_no_push
     assert holder not in json.dumps(report)  # no pid, no id: the ordinal says which
     expected = {(m, t) for m in world.sent for t in tokens}
     pushes = count_pushes(tmp_path / "pushes.jsonl", expected)
+    print(f"killed the round holder: {pushes}")
     assert pushes.missing == 0 and pushes.unexpected == 0
     assert node.alive()
     assert await node.stop() == 0
