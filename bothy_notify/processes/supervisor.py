@@ -3,9 +3,9 @@
 :class:`Supervisor` knows nothing of what the children do; it speaks the
 control channel (:mod:`bothy_notify.processes.control`) with each of them:
 
-- **start**: every child is started at once with its spec; :meth:`Supervisor.run`
-  reports ``started`` once every child has said ``ready`` (a child that dies
-  before that is retried like any failure at start).
+- **start**: every child is started at once with its spec; ``on_ready`` is
+  called once every child has said ``ready`` (a child that dies before that is
+  retried like any failure at start).
 - **a child dies** while nobody asked it to stop: one warning with its ordinal
   and exit status, and it is started again (same ordinal, a new process)
   after a backoff of :data:`FIRST_DELAY` doubling to :data:`MAX_DELAY`; a
