@@ -197,6 +197,11 @@ class Daemon:
         metrics: the registry (a new one by default).
         stdout: where dev-mode output goes.
         before_commit: test seam of the consumer round.
+        reuse_port: bind the HTTP API and the gateway with ``SO_REUSEPORT``: this
+            node is one of the processes of ``server.processes`` sharing the ports
+            (:mod:`bothy_notify.processes`).
+        migrate: apply migrations at start (``False`` when the parent of
+            ``server.processes`` applied them once for every process).
 
     Raises:
         ConfigError: ``notify.kinds`` is invalid or ``notify.kinds_dir`` is not a
@@ -216,8 +221,12 @@ class Daemon:
         stdout: TextIO | None = None,
         before_commit: Callable[[RoundOutcome], None] | None = None,
         gateway_factory: GatewayFactory | None = None,
+        reuse_port: bool = False,
+        migrate: bool = True,
     ) -> None:
         self.config = config
+        self._reuse_port = reuse_port
+        self._migrate = migrate
         self.spec = role_spec(config.server.role, config.cluster.mode)
         self.node_id = new_id()
         """This process's id in a cluster (a new UUIDv7 at every start)."""
@@ -278,7 +287,9 @@ class Daemon:
 
     async def _serve(self, url: str, task_status: trio.TaskStatus[NodeAddresses]) -> None:
         try:
-            config = await trio.to_thread.run_sync(_prepare_database, url, self.config)
+            config = await trio.to_thread.run_sync(
+                prepare_database, url, self.config, self._migrate
+            )
         except StoreError as exc:
             if not self.spec.registry:
                 raise
@@ -359,6 +370,7 @@ class Daemon:
                     verifier=TokenVerifier(config.auth),
                     database_url=url,
                     node_id=self.node_id if spec.shares_presence else None,
+                    reuse_port=self._reuse_port,
                 )
                 if self.registry is not None:
                     self.registry.on_rejoin = self.gateway.presence_lost
@@ -399,6 +411,7 @@ class Daemon:
                         shutdown=api_shutdown,
                         header_timeout=config.server.header_timeout.total_seconds(),
                         drain_period=config.server.drain_period.total_seconds(),
+                        reuse_port=self._reuse_port,
                         task_status=task_status,
                     )
                 finally:
@@ -591,11 +604,18 @@ def _listening(key: str, listen: str) -> Iterator[None]:
         raise ConfigError(f"{key}: cannot listen on {listen} ({reason})") from None
 
 
-def _prepare_database(url: str, config: Config) -> Config:
-    """Migrate and resolve ``secret:`` references (blocking; runs in a worker thread)."""
+def prepare_database(url: str, config: Config, apply_migrations: bool = True) -> Config:
+    """Migrate (unless told not to) and resolve ``secret:`` references; returns the
+    configuration with them resolved. Blocking: runs in a worker thread.
+
+    Raises:
+        StoreError: the database cannot be reached or refused a statement.
+        ConfigError: a ``secret:`` reference names no secret of the store.
+    """
     conn = connect_dedicated(url, autocommit=False)
     try:
-        migrate(conn)
+        if apply_migrations:
+            migrate(conn)
         if store_secret_names(config):
             with conn.transaction():
                 return resolve_store_secrets(config, lambda name: secret_store.get(conn, name))
@@ -604,4 +624,12 @@ def _prepare_database(url: str, config: Config) -> Config:
         conn.close()
 
 
-__all__ = ["ROLE_TABLE", "Daemon", "NodeAddresses", "RoleFacts", "RoleSpec", "role_spec"]
+__all__ = [
+    "ROLE_TABLE",
+    "Daemon",
+    "NodeAddresses",
+    "RoleFacts",
+    "RoleSpec",
+    "prepare_database",
+    "role_spec",
+]

@@ -58,6 +58,8 @@ class Gateway:
             the database (``None``: a single node, nothing is shared).
         clock: the injected clock; tokens expire on it, and it stamps the shared
             presence rows of a cluster.
+        reuse_port: bind ``server.gateway_listen`` with ``SO_REUSEPORT``: one of
+            the node processes of ``server.processes`` sharing the port.
 
     Attributes:
         hub: the connections of this node.
@@ -76,9 +78,11 @@ class Gateway:
         database_url: str,
         node_id: str | None = None,
         clock: Clock | None = None,
+        reuse_port: bool = False,
     ) -> None:
         sync = config.sync
         self._listen = config.server.gateway_listen
+        self._reuse_port = reuse_port
         self._max_frame_bytes = sync.max_frame_bytes
         self._handshake_timeout = sync.identify_timeout.total_seconds()
         self.hub = Hub(
@@ -162,6 +166,7 @@ class Gateway:
                     handshake_timeout=self._handshake_timeout,
                     pending=self._pending,
                     on_dropped=self._dropped,
+                    reuse_port=self._reuse_port,
                 )
             )
             task_status.started(address)
@@ -196,6 +201,7 @@ def build_gateway(
     verifier: TokenVerifier,
     database_url: str,
     node_id: str | None = None,
+    reuse_port: bool = False,
 ) -> Gateway:
     """The daemon's gateway factory (``bothy_notify.wiring.GatewayFactory``).
 
@@ -212,4 +218,5 @@ def build_gateway(
         database_url=database_url,
         node_id=node_id,
         clock=clock,
+        reuse_port=reuse_port,
     )
