@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -519,13 +519,21 @@ class JobRunner:
                         await trio.to_thread.run_sync(conn.close, limiter=limiter)
 
     async def _renew_loop(self, *, task_status: trio.TaskStatus[None]) -> None:
-        """Extend the lease of running jobs so a slow send is not run twice."""
+        """Extend the lease of running jobs so a slow send is not run twice.
+
+        A job whose result is recorded while its renewal runs is not renewed
+        either (it is no longer ``running``), so one missed renewal proves
+        nothing: a job counts as lost when a renewal missed it, it is still
+        running here, and the next renewal misses it again.
+        """
         task_status.started()
         period = max(0.5, self._config.lease.total_seconds() / 3)
+        missed: set[Fence] = set()
         while True:
             await trio.sleep(period)
             fences = list(self._in_flight)
             if not fences:
+                missed = set()
                 continue
             until = self._clock.now() + self._config.lease
             try:
@@ -533,12 +541,32 @@ class JobRunner:
             except StoreError:
                 log.warning("renewing job leases failed")
                 continue
-            if len(held) < len(fences):
+            lost, missed = lost_leases(fences, held, missed, self._in_flight)
+            if lost:
                 # Their results will be dropped by the fence when they arrive.
                 log.warning(
                     "jobs lost their lease while running; another claim holds them",
-                    extra={"jobs": len(fences) - len(held)},
+                    extra={"jobs": len(lost)},
                 )
+
+
+def lost_leases(
+    sent: Sequence[Fence],
+    held: set[Fence],
+    missed_before: set[Fence],
+    running: Collection[Fence],
+) -> tuple[set[Fence], set[Fence]]:
+    """Which jobs lost their lease, after a renewal of ``sent`` held ``held``.
+
+    ``missed_before`` are the jobs the previous renewal missed, ``running`` the
+    jobs still running here now. A job the renewal missed may simply have been
+    recorded meanwhile (its row is no longer ``running``, so the renewal cannot
+    match it); it is lost only when it is still running and the previous
+    renewal missed it too. Returns (lost, missed by this renewal and still
+    running: the next call's ``missed_before``).
+    """
+    missed = {f for f in sent if f not in held and f in running}
+    return missed & missed_before, missed
 
 
 def _wait_notify(conn: Conn, timeout: float) -> bool:
