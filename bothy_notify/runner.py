@@ -223,6 +223,7 @@ class JobRunner:
         self._results_send, self._results_recv = trio.open_memory_channel[tuple[Job, JobResult]](0)
         self._listener = Supervised("runner.listen", self._listen_loop, metrics=metrics)
         self._renewer = Supervised("runner.renew", self._renew_loop, metrics=metrics)
+        self._work: trio.Nursery | None = None
         self.running = False
         self.lost_leases = 0
         """Results dropped because another claim held the job by then (statistics)."""
@@ -240,6 +241,45 @@ class JobRunner:
     def nudge(self) -> None:
         """Wake the claim loop (new jobs may be due)."""
         self._wake.set()
+
+    def room(self) -> int:
+        """How many more jobs this runner takes now: 0 unless it runs and claims.
+
+        Only reads counters, so the consumer round may ask from its worker
+        thread (the answer may be a little stale; :meth:`run_claimed` takes
+        what it is given regardless).
+        """
+        if not self.running or self._stopping or self._work is None:
+            return 0
+        return max(0, self._config.concurrency - len(self._in_flight))
+
+    def run_claimed(self, jobs: Sequence[Job], handler: JobHandler | None = None) -> bool:
+        """Run ``jobs`` that this node claimed itself, outside the claim loop.
+
+        The consumer round inserts its local gateway hints already claimed
+        (``store.jobs.ClaimHere``) and hands them over here after its commit, so
+        they start without a claim round trip. From here on they are the
+        runner's like any claimed job: their lease is renewed, their results
+        are recorded (fenced), and a shutdown gives back those not finished.
+
+        Args:
+            jobs: claimed jobs of one kind (their ``claim`` is the fence).
+            handler: runs them instead of the kind's registered handler (for
+                example one that has their checks done already).
+
+        Returns:
+            False when the runner is not running or stops claiming: nothing was
+            taken, and the caller gives the jobs back (or leaves them to their
+            lease). Call in the Trio thread.
+        """
+        work = self._work
+        if not jobs or not self.running or self._stopping or work is None:
+            return False
+        kind = jobs[0].kind
+        for job in jobs:
+            self._in_flight[job.fence] = job
+        work.start_soon(self._run_group, handler or self._handlers[kind], list(jobs))
+        return True
 
     def stop_claiming(self) -> None:
         """Begin a graceful stop: claim nothing more; :meth:`wait_idle` returns once
@@ -273,6 +313,7 @@ class JobRunner:
                 await services.start(self._listener.run)
                 services.start_soon(self._renewer.run)
                 async with trio.open_nursery() as work:
+                    self._work = work
                     self.running = True
                     task_status.started()
                     await self._claim_loop(work)
@@ -280,6 +321,7 @@ class JobRunner:
                 services.cancel_scope.cancel()
         finally:
             self.running = False
+            self._work = None
             if self._in_flight:
                 fences = list(self._in_flight)
                 self._in_flight.clear()

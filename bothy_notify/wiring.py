@@ -56,7 +56,7 @@ from bothy_notify.kernel.supervise import Service, Supervised
 from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.jobs.flush import FlushHandler
-from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler
+from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler, LocalGatewayHints
 from bothy_notify.notify.jobs.push_send import PushSendHandler
 from bothy_notify.notify.kinds_dir import LiveCatalogue
 from bothy_notify.notify.planner import RoundOutcome
@@ -451,6 +451,14 @@ class Daemon:
         def version() -> str:
             return catalogue.current().version
 
+        gateway_send = GatewaySendHandler(
+            db=db,
+            clock=clock,
+            config=config.push,
+            metrics=metrics,
+            publisher=publisher,
+            catalogue_version=version,
+        )
         handlers: list[JobHandler] = [
             PushSendHandler(
                 db=db,
@@ -460,14 +468,7 @@ class Daemon:
                 metrics=metrics,
                 catalogue_version=version,
             ),
-            GatewaySendHandler(
-                db=db,
-                clock=clock,
-                config=config.push,
-                metrics=metrics,
-                publisher=publisher,
-                catalogue_version=version,
-            ),
+            gateway_send,
             FlushHandler(
                 db=db,
                 clock=clock,
@@ -494,6 +495,20 @@ class Daemon:
             node_id=self.node_id if self.spec.registry else None,
         )
         await nursery.start(self._supervised("runner", self.runner.run).run)
+        # A node that holds the connections runs the gateway hints it decides at once
+        # after the round's commit (no claim round trip; docs/architecture.md, "Jobs").
+        local = (
+            LocalGatewayHints(
+                runner=self.runner,
+                handler=gateway_send,
+                db=db,
+                clock=clock,
+                lease=config.jobs.lease,
+                node_id=self.node_id if self.spec.registry else None,
+            )
+            if publisher is not None
+            else None
+        )
         self.round = ConsumerRound(
             database_url=url,
             config=config,
@@ -504,6 +519,7 @@ class Daemon:
             before_commit=self._before_commit,
             jobs_committed=self.runner.nudge,
             catalogue=catalogue,
+            local=local,
         )
         await nursery.start(self._supervised("round", self.round.run).run)
 
