@@ -180,6 +180,16 @@ until their job is recorded: at 2,000+ pushes/s 50 ms cost a fifth of the
 throughput for no CPU saved, 10 ms does not (bench/push.py, docs/performance.md)."""
 
 
+CLAIMED_ROOM = 4
+"""Jobs handed over already claimed (the round's local gateway hints) may fill up to
+this many times ``jobs.concurrency``: they are published in memory within a turn of
+the loop, and what keeps them in flight is the recording of their results. A round
+at 2,000 hints/s hands over ~500 at once; bounded by ``jobs.concurrency`` alone,
+the next round's hints went to the claim loop (two more queries and three thread
+hops each: twice the CPU per hint, bench/gateway.py). The claim loop still claims
+only while fewer than ``jobs.concurrency`` are in flight."""
+
+
 class JobRunner:
     """Runs jobs of the registered kinds on this node.
 
@@ -243,7 +253,9 @@ class JobRunner:
         self._wake.set()
 
     def room(self) -> int:
-        """How many more jobs this runner takes now: 0 unless it runs and claims.
+        """How many jobs this runner takes from :meth:`run_claimed` now: 0 unless it
+        runs and claims, else up to :data:`CLAIMED_ROOM` times ``jobs.concurrency``
+        in flight in all.
 
         Only reads counters, so the consumer round may ask from its worker
         thread (the answer may be a little stale; :meth:`run_claimed` takes
@@ -251,7 +263,7 @@ class JobRunner:
         """
         if not self.running or self._stopping or self._work is None:
             return 0
-        return max(0, self._config.concurrency - len(self._in_flight))
+        return max(0, CLAIMED_ROOM * self._config.concurrency - len(self._in_flight))
 
     def run_claimed(self, jobs: Sequence[Job], handler: JobHandler | None = None) -> bool:
         """Run ``jobs`` that this node claimed itself, outside the claim loop.

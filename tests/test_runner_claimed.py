@@ -75,7 +75,7 @@ async def test_claimed_jobs_run_with_the_given_handler_and_are_recorded(
     registered, given = Seen("kind"), Seen("given")
     runner = new_runner(db, database_url, clock, registered)
     await nursery.start(runner.run)
-    assert runner.room() == 8
+    assert runner.room() == 4 * 8
     jobs = await claim_here(db, clock, "a", "b")
 
     assert runner.run_claimed(jobs, given) is True
