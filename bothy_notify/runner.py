@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -180,6 +180,16 @@ until their job is recorded: at 2,000+ pushes/s 50 ms cost a fifth of the
 throughput for no CPU saved, 10 ms does not (bench/push.py, docs/performance.md)."""
 
 
+CLAIMED_ROOM = 4
+"""Jobs handed over already claimed (the round's local gateway hints) may fill up to
+this many times ``jobs.concurrency``: they are published in memory within a turn of
+the loop, and what keeps them in flight is the recording of their results. A round
+at 2,000 hints/s hands over ~500 at once; bounded by ``jobs.concurrency`` alone,
+the next round's hints went to the claim loop (two more queries and three thread
+hops each: twice the CPU per hint, bench/gateway.py). The claim loop still claims
+only while fewer than ``jobs.concurrency`` are in flight."""
+
+
 class JobRunner:
     """Runs jobs of the registered kinds on this node.
 
@@ -223,6 +233,7 @@ class JobRunner:
         self._results_send, self._results_recv = trio.open_memory_channel[tuple[Job, JobResult]](0)
         self._listener = Supervised("runner.listen", self._listen_loop, metrics=metrics)
         self._renewer = Supervised("runner.renew", self._renew_loop, metrics=metrics)
+        self._work: trio.Nursery | None = None
         self.running = False
         self.lost_leases = 0
         """Results dropped because another claim held the job by then (statistics)."""
@@ -240,6 +251,47 @@ class JobRunner:
     def nudge(self) -> None:
         """Wake the claim loop (new jobs may be due)."""
         self._wake.set()
+
+    def room(self) -> int:
+        """How many jobs this runner takes from :meth:`run_claimed` now: 0 unless it
+        runs and claims, else up to :data:`CLAIMED_ROOM` times ``jobs.concurrency``
+        in flight in all.
+
+        Only reads counters, so the consumer round may ask from its worker
+        thread (the answer may be a little stale; :meth:`run_claimed` takes
+        what it is given regardless).
+        """
+        if not self.running or self._stopping or self._work is None:
+            return 0
+        return max(0, CLAIMED_ROOM * self._config.concurrency - len(self._in_flight))
+
+    def run_claimed(self, jobs: Sequence[Job], handler: JobHandler | None = None) -> bool:
+        """Run ``jobs`` that this node claimed itself, outside the claim loop.
+
+        The consumer round inserts its local gateway hints already claimed
+        (``store.jobs.ClaimHere``) and hands them over here after its commit, so
+        they start without a claim round trip. From here on they are the
+        runner's like any claimed job: their lease is renewed, their results
+        are recorded (fenced), and a shutdown gives back those not finished.
+
+        Args:
+            jobs: claimed jobs of one kind (their ``claim`` is the fence).
+            handler: runs them instead of the kind's registered handler (for
+                example one that has their checks done already).
+
+        Returns:
+            False when the runner is not running or stops claiming: nothing was
+            taken, and the caller gives the jobs back (or leaves them to their
+            lease). Call in the Trio thread.
+        """
+        work = self._work
+        if not jobs or not self.running or self._stopping or work is None:
+            return False
+        kind = jobs[0].kind
+        for job in jobs:
+            self._in_flight[job.fence] = job
+        work.start_soon(self._run_group, handler or self._handlers[kind], list(jobs))
+        return True
 
     def stop_claiming(self) -> None:
         """Begin a graceful stop: claim nothing more; :meth:`wait_idle` returns once
@@ -273,6 +325,7 @@ class JobRunner:
                 await services.start(self._listener.run)
                 services.start_soon(self._renewer.run)
                 async with trio.open_nursery() as work:
+                    self._work = work
                     self.running = True
                     task_status.started()
                     await self._claim_loop(work)
@@ -280,6 +333,7 @@ class JobRunner:
                 services.cancel_scope.cancel()
         finally:
             self.running = False
+            self._work = None
             if self._in_flight:
                 fences = list(self._in_flight)
                 self._in_flight.clear()
@@ -519,13 +573,21 @@ class JobRunner:
                         await trio.to_thread.run_sync(conn.close, limiter=limiter)
 
     async def _renew_loop(self, *, task_status: trio.TaskStatus[None]) -> None:
-        """Extend the lease of running jobs so a slow send is not run twice."""
+        """Extend the lease of running jobs so a slow send is not run twice.
+
+        A job whose result is recorded while its renewal runs is not renewed
+        either (it is no longer ``running``), so one missed renewal proves
+        nothing: a job counts as lost when a renewal missed it, it is still
+        running here, and the next renewal misses it again.
+        """
         task_status.started()
         period = max(0.5, self._config.lease.total_seconds() / 3)
+        missed: set[Fence] = set()
         while True:
             await trio.sleep(period)
             fences = list(self._in_flight)
             if not fences:
+                missed = set()
                 continue
             until = self._clock.now() + self._config.lease
             try:
@@ -533,12 +595,32 @@ class JobRunner:
             except StoreError:
                 log.warning("renewing job leases failed")
                 continue
-            if len(held) < len(fences):
+            lost, missed = lost_leases(fences, held, missed, self._in_flight)
+            if lost:
                 # Their results will be dropped by the fence when they arrive.
                 log.warning(
                     "jobs lost their lease while running; another claim holds them",
-                    extra={"jobs": len(fences) - len(held)},
+                    extra={"jobs": len(lost)},
                 )
+
+
+def lost_leases(
+    sent: Sequence[Fence],
+    held: set[Fence],
+    missed_before: set[Fence],
+    running: Collection[Fence],
+) -> tuple[set[Fence], set[Fence]]:
+    """Which jobs lost their lease, after a renewal of ``sent`` held ``held``.
+
+    ``missed_before`` are the jobs the previous renewal missed, ``running`` the
+    jobs still running here now. A job the renewal missed may simply have been
+    recorded meanwhile (its row is no longer ``running``, so the renewal cannot
+    match it); it is lost only when it is still running and the previous
+    renewal missed it too. Returns (lost, missed by this renewal and still
+    running: the next call's ``missed_before``).
+    """
+    missed = {f for f in sent if f not in held and f in running}
+    return missed & missed_before, missed
 
 
 def _wait_notify(conn: Conn, timeout: float) -> bool:

@@ -26,6 +26,7 @@ targeted at it (its own connections), nothing else.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ from bothy_notify.kernel.supervise import Service, Supervised
 from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.jobs.flush import FlushHandler
-from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler
+from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler, LocalGatewayHints
 from bothy_notify.notify.jobs.push_send import PushSendHandler
 from bothy_notify.notify.kinds_dir import LiveCatalogue
 from bothy_notify.notify.planner import RoundOutcome
@@ -74,6 +75,13 @@ from bothy_notify.store.migrate import migrate
 from bothy_notify.topics.send import TopicPushHandler
 
 log = logging.getLogger("bothy.wiring")
+
+SWITCH_INTERVAL = 0.0005
+"""Seconds a thread may hold the GIL while another waits for it (Python's default is
+5 ms), set while a daemon runs. The round, the pools' worker threads and the event
+loop take turns many times per hint; with 5 ms each turn could wait up to 5 ms for
+the GIL. Measured in bench/gateway.py at 200 hints/s: p99 39 ms instead of
+195-295 ms, p50 15 instead of 18-20 ms (docs/performance.md, "gateway")."""
 
 API_POOL_WAIT = 5.0
 """Seconds an HTTP request or gateway query waits for a pooled connection before it is
@@ -270,7 +278,18 @@ class Daemon:
         Shutdown: stop claiming jobs, let running jobs finish within
         ``server.drain_period``, close gateway connections with 1001, stop
         serving HTTP, then cancel the rest. Jobs not finished are given back.
+
+        While it runs, Python's thread switch interval is at most
+        :data:`SWITCH_INTERVAL` (the previous value is restored at the end).
         """
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch_interval, SWITCH_INTERVAL))
+        try:
+            await self._run(task_status)
+        finally:
+            sys.setswitchinterval(switch_interval)
+
+    async def _run(self, task_status: trio.TaskStatus[NodeAddresses]) -> None:
         embedded: EmbeddedPostgres | None = None
         url = self._database_url
         if url is None and self.config.database.url is not None:
@@ -451,6 +470,14 @@ class Daemon:
         def version() -> str:
             return catalogue.current().version
 
+        gateway_send = GatewaySendHandler(
+            db=db,
+            clock=clock,
+            config=config.push,
+            metrics=metrics,
+            publisher=publisher,
+            catalogue_version=version,
+        )
         handlers: list[JobHandler] = [
             PushSendHandler(
                 db=db,
@@ -460,14 +487,7 @@ class Daemon:
                 metrics=metrics,
                 catalogue_version=version,
             ),
-            GatewaySendHandler(
-                db=db,
-                clock=clock,
-                config=config.push,
-                metrics=metrics,
-                publisher=publisher,
-                catalogue_version=version,
-            ),
+            gateway_send,
             FlushHandler(
                 db=db,
                 clock=clock,
@@ -494,6 +514,20 @@ class Daemon:
             node_id=self.node_id if self.spec.registry else None,
         )
         await nursery.start(self._supervised("runner", self.runner.run).run)
+        # A node that holds the connections runs the gateway hints it decides at once
+        # after the round's commit (no claim round trip; docs/architecture.md, "Jobs").
+        local = (
+            LocalGatewayHints(
+                runner=self.runner,
+                handler=gateway_send,
+                db=db,
+                clock=clock,
+                lease=config.jobs.lease,
+                node_id=self.node_id if self.spec.registry else None,
+            )
+            if publisher is not None
+            else None
+        )
         self.round = ConsumerRound(
             database_url=url,
             config=config,
@@ -504,6 +538,7 @@ class Daemon:
             before_commit=self._before_commit,
             jobs_committed=self.runner.nudge,
             catalogue=catalogue,
+            local=local,
         )
         await nursery.start(self._supervised("round", self.round.run).run)
 

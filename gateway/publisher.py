@@ -5,7 +5,9 @@ Admission (SPEC section 8, point 5), checked for every frame:
 - only live connections of the event's audience, whose principal is a human;
 - ``resource.kind = thread``: the audience may read the thread at this moment
   (one database check per publish, so a revocation applied after the job's
-  own check still stops the frame);
+  own check still stops the frame), unless the caller says it has just read
+  exactly that in its own check, with no database call since
+  (``access_checked``: a gateway hint checked right after the round's commit);
 - ``resource.kind = user``: only when the resource is the audience itself (a
   hint without a thread reaches that person alone);
 - a hint is never sent to the device it is about (``payload.target_id``), so
@@ -60,15 +62,17 @@ class HubPublisher:
     def __repr__(self) -> str:
         return "HubPublisher()"
 
-    async def publish(self, event: EphemeralEvent) -> int:
+    async def publish(self, event: EphemeralEvent, *, access_checked: bool = False) -> int:
         """Queue ``event`` for every admitted live connection of its audience.
 
         Returns how many connections it was queued to. Never waits on a
-        connection. Cancellation during the access check queues nothing.
+        connection. Cancellation during the access check queues nothing. With
+        ``access_checked`` the caller's own read of the audience's access to the
+        thread stands for the check (no query, no wait).
         """
         if not self._hub.live_connections(event.audience):
             return 0
-        if event.resource_kind == RESOURCE_THREAD:
+        if event.resource_kind == RESOURCE_THREAD and not access_checked:
             readable = await self._db.run(
                 partial(queries.may_read, user_id=event.audience, thread_id=event.resource_id),
                 transaction=False,  # one statement

@@ -55,11 +55,16 @@ class EphemeralEvent:
 class EphemeralPublisher(Protocol):
     """Publish an ephemeral event to the live, admitted connections of its audience."""
 
-    async def publish(self, event: EphemeralEvent) -> int:
+    async def publish(self, event: EphemeralEvent, *, access_checked: bool = False) -> int:
         """Queue ``event`` for every admitted live connection of ``event.audience``.
 
         Returns the number of connections it was queued to (0 is not an error).
         Never waits on a connection: a full queue drops the frame and counts it.
+
+        ``access_checked``: the caller has just read, in one statement with no
+        database call since, that the audience may read the event's thread now
+        (the publisher then skips its own read of it). Every other rule of
+        admission still applies.
         """
         ...
 
@@ -70,7 +75,7 @@ class RecordingPublisher:
     def __init__(self) -> None:
         self.events: list[EphemeralEvent] = []
 
-    async def publish(self, event: EphemeralEvent) -> int:
+    async def publish(self, event: EphemeralEvent, *, access_checked: bool = False) -> int:
         self.events.append(event)
         return 1
 

@@ -86,9 +86,12 @@ _THREADS = (
 )
 _FOLLOWS = "SELECT thread_id, user_id, level FROM bothy.follows WHERE thread_id = ANY(%s)"
 _ACCESS = (
-    "SELECT m.user_id, t.thread_id FROM bothy.threads t JOIN bothy.members m"
-    " ON m.scope_id IN (t.thread_id, t.channel_id, t.space_id)"
-    " WHERE t.thread_id = ANY(%s) AND m.user_id = ANY(%s)"
+    # Only the group's (recipient, thread) pairs: every recipient against every thread
+    # would be B^2 rows for B messages in one big space (250,000 at a batch of 500).
+    "SELECT k.user_id, k.thread_id FROM unnest(%s::text[], %s::text[]) AS k(user_id, thread_id)"
+    " JOIN bothy.threads t ON t.thread_id = k.thread_id"
+    " WHERE EXISTS (SELECT 1 FROM bothy.members m WHERE m.user_id = k.user_id"
+    "   AND m.scope_id IN (t.thread_id, t.channel_id, t.space_id))"
 )
 _READS = (
     "SELECT r.user_id, r.thread_id, r.last_read_seq FROM bothy.read_states r"
@@ -257,7 +260,7 @@ def load_group(
         c_follows = (
             conn.execute(_FOLLOWS, (thread_list,)) if thread_list and follows is None else None
         )
-        c_access = conn.execute(_ACCESS, (thread_list, user_list)) if thread_list else None
+        c_access = conn.execute(_ACCESS, (pair_users, pair_threads)) if pairs else None
         c_reads = conn.execute(_READS, (pair_users, pair_threads)) if pairs else None
         c_people = conn.execute(_PEOPLE, (user_list,))
         c_devices = conn.execute(_DEVICES, (user_list,))

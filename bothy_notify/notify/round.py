@@ -26,6 +26,15 @@ projections, jobs and cursor together. The happy path pays nothing for this
 poison (:class:`StoreUnavailable`: reconnect and read again), and a deadlock or
 serialization failure (:class:`StoreContention`) retries the same round.
 
+Local jobs. A node that runs some of the jobs it decides at once (role
+``all``: its gateway hints; :class:`LocalJobs`) has the round insert them
+already claimed by this node, with a lease (``store.jobs.ClaimHere``). After
+the commit, still in the round's worker thread, their checks run as one
+statement on the round's connection, and the jobs go to the node's job runner
+in memory: no claim round trip, no extra worker-thread hop. Nothing leaves the
+process before the commit; a crash after it leaves them to their lease (the
+housekeeper makes them available again), so delivery stays at least once.
+
 Blocked. Events are read only behind the oldest running transaction (see
 :mod:`bothy_notify.store.events`). While committed events wait behind one, the
 round checks again after 5 ms, doubling up to ``notify.poll_interval``, and
@@ -40,7 +49,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -54,6 +63,7 @@ from bothy_notify.notify.planner import RoundOutcome, RoundPlanner
 from bothy_notify.notify.routes import LiveRoutes
 from bothy_notify.store import deadletters
 from bothy_notify.store import events as eventlog
+from bothy_notify.store import jobs as jobqueue
 from bothy_notify.store.db import (
     Conn,
     StoreContention,
@@ -63,6 +73,7 @@ from bothy_notify.store.db import (
     translated,
 )
 from bothy_notify.store.events import Event
+from bothy_notify.store.jobs import ClaimHere, Job
 from bothy_notify.store.migrate import load_event_schemas
 
 log = logging.getLogger("bothy.notify.round")
@@ -90,6 +101,33 @@ _CONTENTION_RETRY = 0.05
 UNKNOWN_TYPE_LABEL = "unknown"
 """The ``type`` label of dead letters whose type this version does not ship a schema
 for: label values stay a closed set."""
+
+
+class LocalJobs(Protocol):
+    """Jobs this node runs itself as soon as the round that decided them commits.
+
+    The round asks :meth:`claim_here` before each round, inserts the jobs it
+    selects already claimed by this node, and after the commit calls
+    :meth:`prepare` (in its worker thread, on its own connection) and then
+    :meth:`hand_over` (in the Trio thread). The wiring gives role ``all`` one
+    for its gateway hints (:class:`~bothy_notify.notify.jobs.gateway_send.LocalGatewayHints`).
+    """
+
+    def claim_here(self) -> ClaimHere | None:
+        """Which jobs to insert claimed (``None``: none now). Called in the round's
+        worker thread; reads counters only."""
+        ...
+
+    def prepare(self, conn: Conn, jobs: list[Job]) -> object:
+        """Blocking work on the round's connection after the commit (the jobs'
+        checks). What it returns goes to :meth:`hand_over`; should it raise, the
+        jobs are handed over with ``None``."""
+        ...
+
+    async def hand_over(self, jobs: list[Job], prepared: object | None) -> None:
+        """Start ``jobs`` (committed, claimed by this node). Never raises for a job's
+        sake; a job it cannot start is given back or left to its lease."""
+        ...
 
 
 def next_blocked_wait(previous: float | None, poll: float) -> float:
@@ -162,6 +200,8 @@ class ConsumerRound:
             waiting for its ``NOTIFY`` to come back from the database.
         catalogue: the kind catalogue, refreshed once per round; its version is
             fixed on the round's hints (``mv``).
+        local: the jobs this node runs at once after the commit (role ``all``: its
+            gateway hints); ``None`` leaves every job to the runners' claims.
     """
 
     def __init__(
@@ -176,8 +216,12 @@ class ConsumerRound:
         before_commit: Callable[[RoundOutcome], None] | None = None,
         jobs_committed: Callable[[], None] | None = None,
         catalogue: CatalogueSource | None = None,
+        local: LocalJobs | None = None,
     ) -> None:
         self._url = database_url
+        self._local = local
+        self._claimed: list[Job] = []
+        self._prepared: object | None = None
         self._catalogue = catalogue
         self._config = config
         self._clock = clock
@@ -246,6 +290,7 @@ class ConsumerRound:
                 self._set_blocked(None)
                 if conn is not None:
                     with trio.CancelScope(shield=True):
+                        await self._give_back(conn)
                         await self._thread(conn.close)
 
     async def _try_lock(self, conn: Conn) -> bool:
@@ -262,19 +307,32 @@ class ConsumerRound:
         poll = self._config.notify.poll_interval.total_seconds()
         batch_size = self._config.notify.batch_size
         last_lag = 0.0
+        # While set, the log was drained: wait for a notification until then (the
+        # poll interval), in slices so that cancellation is seen.
+        wait_until: float | None = None
         while True:
+            wait: float | None = None
+            if wait_until is not None and (remaining := wait_until - time.monotonic()) > 0:
+                wait = min(remaining, _WAIT_SLICE)
             limit = self._isolation.limit(batch_size)
             try:
-                consumed, blocked = await self._thread(self._round_once, conn, limit)
+                ran = await self._thread(self._wait_and_round, conn, limit, wait)
             except StoreUnavailable:
                 raise
             except StoreContention:
                 log.info("the round met a concurrent transaction; running it again")
+                wait_until = None
                 await trio.sleep(_CONTENTION_RETRY)
                 continue
             except Exception as exc:
+                wait_until = None
                 await self._failed(conn, exc)
                 continue
+            if ran is None:
+                continue  # no notification in this slice: wait on
+            wait_until = None
+            consumed, blocked = ran
+            await self._hand_over()
             self._isolation.succeeded(consumed)
             if not blocked and self._blocked_since is not None:
                 self._set_blocked(None)
@@ -293,7 +351,60 @@ class ConsumerRound:
                 continue
             # A short batch drained the log. Appends that committed meanwhile left their
             # NOTIFY queued on this connection, so the wait returns at once for them.
-            await self._wait_for_events(conn, poll)
+            wait_until = time.monotonic() + poll
+
+    def _wait_and_round(
+        self, conn: Conn, limit: int, wait: float | None
+    ) -> tuple[int, bool] | None:
+        """Blocking: wait up to ``wait`` seconds for a notification (``None``: do not
+        wait), then run one round and prepare its local jobs, all in this worker
+        thread (a notification starts the round without a hop through Trio).
+
+        Returns ``None`` when no notification came within ``wait``, else what
+        :meth:`_round_once` returns.
+        """
+        self._reading = []
+        if wait is not None and not _wait_notify(conn, wait):
+            return None
+        ran = self._round_once(conn, limit)
+        self._prepare_local(conn)
+        return ran
+
+    def _prepare_local(self, conn: Conn) -> None:
+        """After the commit: the local jobs' checks (:meth:`LocalJobs.prepare`). Blocking.
+
+        The jobs are committed and claimed, so nothing here may lose them: should
+        the checks fail, they are handed over unprepared and the runner's handler
+        checks them itself."""
+        self._prepared = None
+        if not self._claimed or self._local is None:
+            return
+        try:
+            self._prepared = self._local.prepare(conn, self._claimed)
+        except Exception as exc:
+            log.warning(
+                "checking this node's new jobs after the round failed; the runner checks them",
+                extra={"error_type": error_type(exc), "jobs": len(self._claimed)},
+            )
+
+    async def _give_back(self, conn: Conn) -> None:
+        """Local jobs committed but never handed over (the round was cancelled while
+        its thread ran) are given back, uncounted, instead of waiting for their lease."""
+        claimed, self._claimed = self._claimed, []
+        if not claimed:
+            return
+        with trio.move_on_after(5):
+            try:
+                await self._thread(jobqueue.release, conn, [j.fence for j in claimed])
+            except StoreError:
+                log.warning("could not give back this node's new jobs; their leases will end")
+
+    async def _hand_over(self) -> None:
+        """Give the round's committed local jobs to this node's runner (Trio thread)."""
+        claimed, self._claimed = self._claimed, []
+        prepared, self._prepared = self._prepared, None
+        if claimed and self._local is not None:
+            await self._local.hand_over(claimed, prepared)
 
     async def _failed(self, conn: Conn, exc: Exception) -> None:
         """A round raised: narrow down the culprit, or set it aside once found."""
@@ -337,13 +448,6 @@ class ConsumerRound:
             eventlog.save_cursor(conn, eventlog.Cursor(event.xid, event.seq), now)
         return True
 
-    async def _wait_for_events(self, conn: Conn, poll: float) -> None:
-        deadline = time.monotonic() + poll
-        while (remaining := deadline - time.monotonic()) > 0:
-            woke = await self._thread(_wait_notify, conn, min(remaining, _WAIT_SLICE))
-            if woke:
-                return
-
     def _round_once(self, conn: Conn, limit: int | None = None) -> tuple[int, bool]:
         """One transaction: batch, projections, decisions, jobs, cursor. Blocking.
 
@@ -353,6 +457,7 @@ class ConsumerRound:
         """
         now = self._clock.now()
         self._committed_jobs = 0
+        self._claimed = []
         self._reading = []
         self._planner = None
         with conn.transaction():
@@ -370,6 +475,8 @@ class ConsumerRound:
                 live=self._live,
                 catalogue=self._catalogue,
             )
+            if self._local is not None:
+                planner.writer.claim_here(self._local.claim_here())
             planner.feed(batch)
             planner.writer.flush_copy()  # COPY cannot run in a pipeline
             last = batch[-1]
@@ -379,7 +486,9 @@ class ConsumerRound:
             outcome = planner.outcome
             if self._before_commit is not None:
                 self._before_commit(outcome)
-        self._committed_jobs = outcome.jobs
+        self._claimed = planner.writer.claimed
+        # Claimed jobs need no runner's claim: the runner is nudged for the others only.
+        self._committed_jobs = outcome.jobs - len(self._claimed)
         self._reading = []
         self._planner = None
         self._record(len(batch), outcome)

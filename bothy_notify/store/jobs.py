@@ -106,6 +106,11 @@ class JobWriter:
 
     Args are JSON objects of IDs and integers; they are encoded with orjson and
     escaped for the ``COPY`` text format.
+
+    :meth:`claim_here` makes the writer insert some keyed jobs already claimed
+    by this node (see :class:`ClaimHere`); after :meth:`finish` they are in
+    :attr:`claimed`, and the caller runs them itself once the transaction has
+    committed.
     """
 
     _COPY = "COPY bothy.jobs (kind, args, scheduled_at, max_attempts, created_at) FROM STDIN"
@@ -120,10 +125,20 @@ class JobWriter:
         self._streaming = False
         self._open: ExitStack | None = None
         self._copy: Copy | None = None
+        self._claim: ClaimHere | None = None
         self.added = 0
+        self.claimed: list[Job] = []
+        """The jobs :meth:`finish` inserted already claimed (:meth:`claim_here`)."""
 
     def __repr__(self) -> str:
-        return f"JobWriter(added={self.added})"
+        return f"JobWriter(added={self.added}, claimed={len(self.claimed)})"
+
+    def claim_here(self, claim: ClaimHere | None) -> None:
+        """Insert the keyed jobs that ``claim`` selects already claimed by this node.
+
+        Call before adding jobs. ``None`` (the default) claims nothing.
+        """
+        self._claim = claim
 
     @contextmanager
     def stream(self) -> Iterator[None]:
@@ -146,6 +161,7 @@ class JobWriter:
         if spec.unique_key is not None or spec.node_id is not None:
             self._keyed.append(spec)
             return
+        # (A job without a key goes through COPY, which returns no ids: never claimed here.)
         when = self._times.get(spec.scheduled_at)
         if when is None:
             when = self._times[spec.scheduled_at] = spec.scheduled_at.isoformat().encode()
@@ -188,34 +204,105 @@ class JobWriter:
     def finish(self) -> int:
         """Insert what is still buffered and the keyed jobs; wake runners at commit.
 
-        Returns how many jobs are new (keyed duplicates are not).
+        Returns how many jobs are new (keyed duplicates are not). Jobs selected
+        by :meth:`claim_here` are inserted ``running`` (attempt 1, the next claim
+        number, a lease) and listed in :attr:`claimed`; runners are woken only
+        for the others.
         """
         self.flush_copy()
         inserted = self.added - len(self._keyed)
+        to_claim = 0
         if self._keyed:
             keyed, self._keyed = self._keyed, []
+            claim = self._claim
+            here = [False] * len(keyed)
+            if claim is not None:
+                room = claim.room
+                for i, spec in enumerate(keyed):
+                    if room <= 0:
+                        break
+                    if claim.selects(spec, self._now):
+                        here[i] = True
+                        room -= 1
+                to_claim = sum(here)
+            lease_until = self._now + claim.lease if claim is not None else None
+            # One JSON parameter for all rows: orjson encodes it in C, where nine
+            # arrays would be dumped element by element in Python.
+            rows = orjson.dumps(
+                [
+                    (s.kind, s.args, s.scheduled_at, s.max_attempts, s.unique_key, s.node_id, h)
+                    for s, h in zip(keyed, here, strict=True)
+                ]
+            )
             row = self._conn.execute(
                 "WITH ins AS (INSERT INTO bothy.jobs"
-                " (kind, args, scheduled_at, max_attempts, created_at, unique_key, node_id)"
-                " SELECT k, a::jsonb, s, m, %s, u, n"
-                " FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::int[], %s::text[],"
-                "  %s::uuid[]) AS t(k, a, s, m, u, n)"
-                " ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING RETURNING 1)"
-                " SELECT count(*) FROM ins",
-                (
-                    self._now,
-                    [s.kind for s in keyed],
-                    [orjson.dumps(s.args).decode() for s in keyed],
-                    [s.scheduled_at for s in keyed],
-                    [s.max_attempts for s in keyed],
-                    [s.unique_key for s in keyed],
-                    [s.node_id for s in keyed],
-                ),
+                " (kind, args, scheduled_at, max_attempts, created_at, unique_key, node_id,"
+                "  state, attempt, claim, lease_until)"
+                " SELECT r->>0, r->1, (r->>2)::timestamptz, (r->>3)::int, %s, r->>4,"
+                "  (r->>5)::uuid, CASE WHEN (r->>6)::bool THEN 'running' ELSE 'available' END,"
+                "  CASE WHEN (r->>6)::bool THEN 1 ELSE 0 END,"
+                "  CASE WHEN (r->>6)::bool THEN 1 ELSE 0 END,"
+                "  CASE WHEN (r->>6)::bool THEN %s::timestamptz END"
+                " FROM jsonb_array_elements(%s::text::jsonb) AS r"
+                " ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING"
+                " RETURNING id, unique_key, state)"
+                " SELECT count(*), array_agg(id) FILTER (WHERE state = 'running'),"
+                "  array_agg(unique_key) FILTER (WHERE state = 'running') FROM ins",
+                (self._now, lease_until, rows.decode()),
             ).fetchone()
             inserted += int(row[0]) if row else 0
-        if self.added:
+            if row and row[1]:
+                specs = {s.unique_key: s for s, h in zip(keyed, here, strict=True) if h}
+                for job_id, key in zip(row[1], row[2], strict=True):
+                    spec = specs[key]
+                    self.claimed.append(
+                        Job(
+                            id=int(job_id),
+                            kind=spec.kind,
+                            args=spec.args,
+                            attempt=1,
+                            max_attempts=spec.max_attempts,
+                            scheduled_at=spec.scheduled_at,
+                            created_at=self._now,
+                            claim=1,
+                        )
+                    )
+                self.claimed.sort(key=lambda j: j.id)
+        if self.added > to_claim:
             self._conn.execute(f"NOTIFY {JOBS_CHANNEL}")
         return inserted
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimHere:
+    """Which jobs a :class:`JobWriter` inserts already claimed by this node.
+
+    A job is claimed at its insert when its kind is one of ``kinds``, it has a
+    unique key, it is due (``scheduled_at`` at or before the writer's now) and
+    it is for no particular node or for ``node_id``; at most ``room`` of them
+    (the room this node's runner has). The lease is ``lease`` from the writer's
+    now, as a claim by the runner would give; if the node dies before it runs
+    them, the lease runs out and the housekeeper makes them available again.
+
+    Attributes:
+        kinds: the job kinds this node runs at once after the commit.
+        node_id: this node's id in a cluster, ``None`` on a single node.
+        lease: ``jobs.lease``.
+        room: the most jobs to claim.
+    """
+
+    kinds: frozenset[str]
+    node_id: str | None
+    lease: timedelta
+    room: int
+
+    def selects(self, spec: JobSpec, now: datetime) -> bool:
+        return (
+            spec.kind in self.kinds
+            and spec.unique_key is not None
+            and spec.scheduled_at <= now
+            and (spec.node_id is None or spec.node_id == self.node_id)
+        )
 
 
 def insert(conn: Conn, specs: Sequence[JobSpec], now: datetime) -> int:

@@ -15,13 +15,23 @@ meanwhile, admission refused it, or its queue was full. In a cluster the job
 runs on the node holding the recipient's connections (``JobSpec.node_id``); if
 that node is gone first, the node registry ends it as ``node_gone``
 (:mod:`bothy_notify.cluster`).
+
+Local hints (:class:`LocalGatewayHints`). On a node that decides and holds
+the connections (role ``all``), the round inserts the gateway hints it decides
+already claimed by this node; right after its commit, step 1 runs for them as
+one statement on the round's connection, and the jobs go to the runner in
+memory with that verdict. Step 1 is then also the publish's read-access check
+(the same rule, read after everything the round committed, with no database
+call between it and the frame), so the publisher makes no query of its own.
+Jobs claimed the ordinary way keep both queries.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from bothy_notify.config import PushConfig
 from bothy_notify.kernel.clock import Clock, from_unix_micros
@@ -32,13 +42,18 @@ from bothy_notify.notify import facts
 from bothy_notify.notify.domain import SkipReason
 from bothy_notify.notify.jobs.args import GATEWAY_SEND, GatewaySendArgs
 from bothy_notify.notify.jobs.push_send import hint_age_exceeded
-from bothy_notify.runner import Done, Report
-from bothy_notify.store.db import Conn, Database
-from bothy_notify.store.jobs import Job
+from bothy_notify.runner import Done, JobHandler, JobRunner, Report
+from bothy_notify.store import jobs as queue
+from bothy_notify.store.db import Conn, Database, StoreError
+from bothy_notify.store.jobs import ClaimHere, Job
 
 log = logging.getLogger("bothy.notify.gateway_send")
 
 NOTIFICATION_CREATED = "notification.created"
+
+Verdict = dict[str, str] | SkipReason
+"""Step 1's answer for one job: the thread's current scope (empty without a thread),
+or why it is skipped."""
 
 
 class GatewaySendHandler:
@@ -75,35 +90,58 @@ class GatewaySendHandler:
 
     async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
         now = self._clock.now()
-        parsed = {job.id: GatewaySendArgs.from_args(job.args) for job in jobs}
         # Step 1 is one statement, so it is its own transaction (no BEGIN/COMMIT trips).
-        checked = await self._db.run(lambda c: self._check(c, parsed, now), transaction=False)
+        checked = await self._db.run(lambda c: self.check(c, jobs, now), transaction=False)
+        await self._publish(jobs, checked, report, access_checked=False)
+
+    def checked(self, verdicts: dict[int, Verdict]) -> JobHandler:
+        """A handler for jobs whose step 1 already ran (``verdicts`` by job id), in a
+        statement whose read-access check also stands for the publish's."""
+        return _Checked(self, verdicts)
+
+    def check(self, conn: Conn, jobs: Sequence[Job], now: datetime) -> dict[int, Verdict]:
+        """Step 1 for ``jobs``, in one statement on ``conn`` (blocking)."""
+        return self._check(conn, {job.id: GatewaySendArgs.from_args(job.args) for job in jobs}, now)
+
+    async def _publish(
+        self,
+        jobs: Sequence[Job],
+        checked: dict[int, Verdict],
+        report: Report,
+        *,
+        access_checked: bool,
+    ) -> None:
+        """Step 2 for every job, then each job's result. Every publish comes before
+        the first report, which may wait for the recorder."""
+        results: list[tuple[Job, Done]] = []
         for job in jobs:
-            args = parsed[job.id]
             verdict = checked[job.id]
             if isinstance(verdict, SkipReason):
                 self._metrics.skip(verdict.value)
-                await report(job, Done(f"skipped_{verdict.value}"))
+                results.append((job, Done(f"skipped_{verdict.value}")))
                 continue
             if self._publisher is None:
                 if not self._warned:
                     self._warned = True
                     log.warning("gateway hint on a node without a gateway; skipped")
                 self._metrics.skip(SkipReason.NO_REGISTRATION.value)
-                await report(job, Done("skipped_no_registration"))
+                results.append((job, Done("skipped_no_registration")))
                 continue
+            args = GatewaySendArgs.from_args(job.args)
             event = self._event(args, verdict, self._clock.now())
-            if await self._publisher.publish(event):
-                await report(job, Done("published"))
+            if await self._publisher.publish(event, access_checked=access_checked):
+                results.append((job, Done("published")))
             else:
                 self._metrics.skip(SkipReason.NO_CONNECTION.value)
-                await report(job, Done("skipped_no_connection"))
+                results.append((job, Done("skipped_no_connection")))
+        for job, result in results:
+            await report(job, result)
 
     def _check(
         self, conn: Conn, parsed: dict[int, GatewaySendArgs], now: datetime
-    ) -> dict[int, dict[str, str] | SkipReason]:
+    ) -> dict[int, Verdict]:
         reach = facts.reach_now(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
-        out: dict[int, dict[str, str] | SkipReason] = {}
+        out: dict[int, Verdict] = {}
         for job_id, a in parsed.items():
             now_reach = reach[(a.user_id, a.thread_id)]
             if hint_age_exceeded(a.due_at, now, self._config):
@@ -145,3 +183,91 @@ class GatewaySendHandler:
             payload=payload,
             appended_at=from_unix_micros(a.appended_at),
         )
+
+
+class _Checked:
+    """:class:`GatewaySendHandler` for jobs whose step 1 ran already (see
+    :meth:`GatewaySendHandler.checked`); a job without a verdict is checked as usual."""
+
+    kind = GATEWAY_SEND
+
+    def __init__(self, handler: GatewaySendHandler, verdicts: dict[int, Verdict]) -> None:
+        self._handler = handler
+        self._verdicts = verdicts
+
+    def __repr__(self) -> str:
+        return f"_Checked(jobs={len(self._verdicts)})"
+
+    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
+        unchecked = [job for job in jobs if job.id not in self._verdicts]
+        checked = [job for job in jobs if job.id in self._verdicts]
+        await self._handler._publish(checked, self._verdicts, report, access_checked=True)
+        if unchecked:
+            await self._handler.run_batch(unchecked, report)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedHints:
+    """What :meth:`LocalGatewayHints.prepare` found: step 1's verdict per job id."""
+
+    verdicts: dict[int, Verdict]
+
+    def __repr__(self) -> str:
+        return f"CheckedHints(jobs={len(self.verdicts)})"
+
+
+class LocalGatewayHints:
+    """The round's :class:`~bothy_notify.notify.round.LocalJobs` on a node with a
+    gateway: the gateway hints it decides for this node go to this node's runner
+    right after the commit, checked on the round's connection.
+
+    Args:
+        runner: this node's job runner (its room bounds how many are claimed).
+        handler: the node's ``notify.gateway_send`` handler.
+        db: the jobs pool, to give jobs back when the runner stopped meanwhile.
+        clock: the injected clock (step 1's age check).
+        lease: ``jobs.lease``.
+        node_id: this node's id in a cluster; ``None`` on a single node.
+    """
+
+    def __init__(
+        self,
+        *,
+        runner: JobRunner,
+        handler: GatewaySendHandler,
+        db: Database,
+        clock: Clock,
+        lease: timedelta,
+        node_id: str | None = None,
+    ) -> None:
+        self._runner = runner
+        self._handler = handler
+        self._db = db
+        self._clock = clock
+        self._lease = lease
+        self._node_id = node_id
+        self._kinds = frozenset({GATEWAY_SEND})
+
+    def __repr__(self) -> str:
+        return "LocalGatewayHints()"
+
+    def claim_here(self) -> ClaimHere | None:
+        room = self._runner.room()
+        if room <= 0:
+            return None
+        return ClaimHere(kinds=self._kinds, node_id=self._node_id, lease=self._lease, room=room)
+
+    def prepare(self, conn: Conn, jobs: list[Job]) -> object:
+        return CheckedHints(self._handler.check(conn, jobs, self._clock.now()))
+
+    async def hand_over(self, jobs: list[Job], prepared: object | None) -> None:
+        handler = (
+            self._handler.checked(prepared.verdicts) if isinstance(prepared, CheckedHints) else None
+        )
+        if self._runner.run_claimed(jobs, handler):
+            return
+        # The runner stopped (shutdown, or it failed) since the round claimed them.
+        try:
+            await self._db.run(lambda c: queue.release(c, [j.fence for j in jobs]))
+        except StoreError:
+            log.warning("could not give back gateway hints; their leases will end")
