@@ -7,15 +7,26 @@ follower's phone gets an immediate ``notify.push_send``), and in the same run
 a bare ``COPY`` of the same number of job rows into the same table. Prints
 events/s, push_send jobs/s and their ratio to the bare COPY.
 
+CPU is measured too, since the machine may be shared: this process's CPU
+during the round (the round runs on this thread) and PostgreSQL's (the
+postmaster and its children, from ``/proc``), per job, and the same for the
+bare COPY; ``cpu_ratio`` = the bare COPY's CPU per row (client + server) / the
+round's CPU per job (client + server), the ratio a machine with a core to
+spare for each side would show. ``--profile FILE`` records the round with
+py-spy (collapsed stacks in FILE, top entries printed).
+
 Usage: .venv/bin/python bench/decide.py [--events N] [--followers F] [--threads T]
+       [--batch B] [--profile FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,7 +34,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import bench_database, machine, report
+from bench._common import Profiler, bench_database, machine, postgres_cpu, postgres_pid, report
 from bothy_notify.config import structure_config
 from bothy_notify.kernel.clock import SystemClock
 from bothy_notify.kernel.metrics import Metrics
@@ -89,7 +100,32 @@ def append(conn: psycopg.Connection, events: list[tuple[str, dict[str, object]]]
     )
 
 
-def run_round(url: str, batch: int) -> tuple[float, int, int]:
+@dataclass(frozen=True)
+class Timed:
+    """Wall seconds, this process's CPU seconds and PostgreSQL's CPU seconds of one phase."""
+
+    wall: float
+    cpu: float
+    pg_cpu: float
+
+
+class Stopwatch:
+    def __init__(self, postmaster: int | None) -> None:
+        self._postmaster = postmaster
+        self._pg = postgres_cpu(postmaster) if postmaster else 0.0
+        self._cpu = time.process_time()
+        self._wall = time.perf_counter()
+
+    def stop(self) -> Timed:
+        wall = time.perf_counter() - self._wall
+        cpu = time.process_time() - self._cpu
+        pg = postgres_cpu(self._postmaster) - self._pg if self._postmaster else 0.0
+        return Timed(wall, cpu, pg)
+
+
+def run_round(
+    url: str, batch: int, postmaster: int | None = None, profile: str | None = None
+) -> tuple[Timed, int, int]:
     config = structure_config(
         {"server": {"role": "worker"}, "notify": {"coalesce_window": "0s", "batch_size": batch}},
         env={},
@@ -104,24 +140,27 @@ def run_round(url: str, batch: int) -> tuple[float, int, int]:
     )
     conn = connect_dedicated(url)
     consumed = 0
-    started = time.perf_counter()
+    profiler = Profiler(profile) if profile else None
+    watch = Stopwatch(postmaster)
     try:
         while True:
             n, blocked = consumer._round_once(conn)
             consumed += n
             if n == 0 and not blocked:
                 break
+        timed = watch.stop()
     finally:
         conn.close()
-    elapsed = time.perf_counter() - started
+        if profiler is not None:
+            profiler.stop()
     with psycopg.connect(url) as check:
         (jobs,) = check.execute(
             "SELECT count(*) FROM bothy.jobs WHERE kind = 'notify.push_send'"
         ).fetchone()  # type: ignore[misc]
-    return elapsed, consumed, int(jobs)
+    return timed, consumed, int(jobs)
 
 
-def bare_copy(url: str, rows: int) -> float:
+def bare_copy(url: str, rows: int, postmaster: int | None = None) -> Timed:
     """COPY ``rows`` ready-made job rows into the same table: the database's ceiling.
 
     The rows are pre-formatted text, the fastest way a client can feed COPY, so the
@@ -147,7 +186,7 @@ def bare_copy(url: str, rows: int) -> float:
     line = f"notify.push_send\t{args}\t{now}\t5\t{now}\n"
     chunk = line * 1000
     with psycopg.connect(url) as conn:
-        started = time.perf_counter()
+        watch = Stopwatch(postmaster)
         with (
             conn.cursor() as cur,
             cur.copy(
@@ -158,7 +197,7 @@ def bare_copy(url: str, rows: int) -> float:
                 copy.write(chunk)
             copy.write(line * (rows % 1000))
         conn.commit()
-        return time.perf_counter() - started
+        return watch.stop()
 
 
 def main() -> None:
@@ -167,20 +206,29 @@ def main() -> None:
     parser.add_argument("--followers", type=int, default=10)
     parser.add_argument("--threads", type=int, default=500)
     parser.add_argument("--batch", type=int, default=500, help="notify.batch_size")
+    parser.add_argument("--profile", metavar="FILE", help="py-spy the round into FILE")
     args = parser.parse_args()
-    print(f"machine: {machine()}")
+    print(f"machine: {machine()}, load {os.getloadavg()[0]:.2f}")
     with bench_database() as url:
+        postmaster = postgres_pid(url)
         seed(url, args.events, args.followers, args.threads, args.batch)
-        elapsed, consumed, jobs = run_round(url, args.batch)
-        copy_elapsed = bare_copy(url, jobs)
+        timed, consumed, jobs = run_round(url, args.batch, postmaster, args.profile)
+        copy = bare_copy(url, jobs, postmaster)
+    elapsed, copy_elapsed = timed.wall, copy.wall
     events_per_s = consumed / elapsed if elapsed else 0.0
     jobs_per_s = jobs / elapsed if elapsed else 0.0
     copy_per_s = jobs / copy_elapsed if copy_elapsed else 0.0
     ratio = jobs_per_s / copy_per_s if copy_per_s else 0.0
+    per_job = 1e6 / jobs if jobs else 0.0
+    round_us, round_pg_us = timed.cpu * per_job, timed.pg_cpu * per_job
+    copy_us, copy_pg_us = copy.cpu * per_job, copy.pg_cpu * per_job
+    cpu_ratio = (copy_us + copy_pg_us) / (round_us + round_pg_us) if round_us else 0.0
     print(f"round: {consumed} message events in {elapsed:.2f}s -> {jobs} push_send jobs")
     print(f"  {events_per_s:,.0f} message events/s, {jobs_per_s:,.0f} jobs/s")
+    print(f"  CPU per job: {round_us:.1f} us here + {round_pg_us:.1f} us in PostgreSQL")
     print(f"bare COPY of {jobs} job rows: {copy_elapsed:.2f}s, {copy_per_s:,.0f} rows/s")
-    print(f"ratio of the round's jobs/s to the bare COPY: {ratio:.2f}")
+    print(f"  CPU per row: {copy_us:.1f} us here + {copy_pg_us:.1f} us in PostgreSQL")
+    print(f"ratio of the round's jobs/s to the bare COPY: {ratio:.2f} (CPU: {cpu_ratio:.2f})")
     report(
         "decide",
         events_per_s=round(events_per_s),
@@ -189,6 +237,11 @@ def main() -> None:
         ratio_to_copy=round(ratio, 3),
         events=args.events,
         followers=args.followers,
+        round_cpu_us_per_job=round(round_us, 2),
+        round_postgres_cpu_us_per_job=round(round_pg_us, 2),
+        copy_cpu_us_per_row=round(copy_us, 2),
+        copy_postgres_cpu_us_per_row=round(copy_pg_us, 2),
+        cpu_ratio=round(cpu_ratio, 3),
     )
 
 
