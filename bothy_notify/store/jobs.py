@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 from psycopg import Copy
 
+from bothy_notify.kernel.values import fast_init
 from bothy_notify.store.db import Conn
 
 JobArgs = Mapping[str, int | str]
@@ -35,6 +36,7 @@ JOBS_CHANNEL = "bothy_jobs"
 """``NOTIFY`` channel that wakes runners when jobs were inserted."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """A job to insert.
@@ -92,6 +94,11 @@ _COPY_CHUNK_ROWS = 256
 """Rows sent to COPY at once: large enough to amortise a round trip, small enough to
 keep the database busy while the caller decides."""
 
+_COPY_CHUNK_PARTS = 3 * _COPY_CHUNK_ROWS
+
+RowShape = tuple[bytes, bytes]
+"""A ``COPY`` row of the jobs table but its args: ``kind\\t`` and the columns after them."""
+
 
 class JobWriter:
     """Inserts jobs in the caller's transaction, as fast as the database takes them.
@@ -114,8 +121,9 @@ class JobWriter:
         self._conn = conn
         self._now_text = now.isoformat().encode()
         self._now = now
-        self._times: dict[datetime, bytes] = {now: self._now_text}
+        self._shapes: dict[tuple[str, datetime, int], RowShape] = {}
         self._lines: list[bytes] = []
+        """Three parts per row: kind and tab, args, the rest of the line."""
         self._keyed: list[JobSpec] = []
         self._streaming = False
         self._open: ExitStack | None = None
@@ -142,21 +150,36 @@ class JobWriter:
             self._open = self._copy = None
 
     def add(self, spec: JobSpec) -> None:
-        self.added += 1
         if spec.unique_key is not None or spec.node_id is not None:
+            self.added += 1
             self._keyed.append(spec)
             return
-        when = self._times.get(spec.scheduled_at)
-        if when is None:
-            when = self._times[spec.scheduled_at] = spec.scheduled_at.isoformat().encode()
-        args = orjson.dumps(spec.args)
+        shape = self.row_shape(spec.kind, spec.scheduled_at, spec.max_attempts)
+        self.add_json(shape, orjson.dumps(spec.args))
+
+    def row_shape(self, kind: str, scheduled_at: datetime, max_attempts: int) -> RowShape:
+        """What the ``COPY`` rows of jobs of ``kind`` due at ``scheduled_at`` share (for
+        :meth:`add_json`)."""
+        key = (kind, scheduled_at, max_attempts)
+        shape = self._shapes.get(key)
+        if shape is None:
+            when = scheduled_at.isoformat().encode()
+            shape = self._shapes[key] = (
+                kind.encode() + b"\t",
+                b"\t%s\t%d\t%s\n" % (when, max_attempts, self._now_text),
+            )
+        return shape
+
+    def add_json(self, shape: RowShape, args: bytes) -> None:
+        """Add a job without a unique key or node whose ``args`` are already encoded: a
+        JSON object of IDs and integers, as ``orjson.dumps`` writes it (the round's
+        immediate pushes, encoded once per hint: ``notify.routes.HintJobs``)."""
+        self.added += 1
         if b"\\" in args:  # COPY's text format escapes backslashes; IDs never have one
             args = args.replace(b"\\", b"\\\\")
-        self._lines.append(
-            b"%s\t%s\t%s\t%d\t%s\n"
-            % (spec.kind.encode(), args, when, spec.max_attempts, self._now_text)
-        )
-        if self._streaming and len(self._lines) >= _COPY_CHUNK_ROWS:
+        lines = self._lines
+        lines += (shape[0], args, shape[1])
+        if self._streaming and len(lines) >= _COPY_CHUNK_PARTS:
             self._send_lines()
 
     def extend(self, specs: Iterable[JobSpec]) -> None:
