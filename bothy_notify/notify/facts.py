@@ -12,7 +12,7 @@ to ``bothy.presence``, read in the same pipeline as the rest of a group.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -219,9 +219,19 @@ def threads(conn: Conn, thread_ids: Collection[str]) -> dict[str, ThreadInfo]:
 
 def follow_rows(conn: Conn, thread_ids: Collection[str]) -> dict[str, dict[str, Level]]:
     """Every stored follow level of these threads: thread -> user -> level."""
+    return send_follow_rows(conn, thread_ids)()
+
+
+def send_follow_rows(
+    conn: Conn, thread_ids: Collection[str]
+) -> Callable[[], dict[str, dict[str, Level]]]:
+    """:func:`follow_rows` in two steps: send the read now, and read its answer when
+    the returned function is called. Inside a pipeline the database runs the read
+    while the caller goes on with other work in between."""
     if not thread_ids:
-        return defaultdict(dict)
-    return _follows(conn.execute(_FOLLOWS, (_keys(thread_ids),)).fetchall())
+        return lambda: defaultdict(dict)
+    cursor = conn.execute(_FOLLOWS, (_keys(thread_ids),))
+    return lambda: _follows(cursor.fetchall())
 
 
 def members_of_scopes(conn: Conn, scope_ids: Collection[str]) -> dict[str, set[str]]:
@@ -279,13 +289,16 @@ def load_group(
     follows: dict[str, dict[str, Level]] | None,
     with_windows: bool,
     presence_since: datetime | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> GroupFacts:
     """Read a group's facts with every query in one pipeline (one round trip).
 
     ``pairs`` are the (recipient, thread) pairs of hints with a thread;
     ``follows`` may be passed when the caller read them already. With
     ``presence_since`` the shared presence of nodes live since then is read
-    too (:class:`SharedPresence`).
+    too (:class:`SharedPresence`). ``meanwhile`` is called once the reads are
+    sent and before their answers are read: work that needs no facts, done while
+    the database runs them. It must not use the connection.
     """
     user_keys = _keys(users)
     thread_list = sorted({t for _u, t in pairs})
@@ -310,6 +323,8 @@ def load_group(
             if presence_since is not None
             else None
         )
+        if meanwhile is not None:
+            meanwhile()
     presence, holders = _presence(c_presence.fetchall()) if c_presence else ({}, {})
     return GroupFacts(
         infos=_threads(c_threads.fetchall()) if c_threads else {},

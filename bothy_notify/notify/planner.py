@@ -155,6 +155,34 @@ class Decider:
             return
         pairs = {(u, h.thread_id) for h, rs, _a in items if h.thread_id for u in rs}
         shared = self.presence if isinstance(self.presence, SharedPresence) else None
+        prepared: list[tuple[Hint, HintRules, HintJobs, Sequence[str]]] = []
+        local: list[Mapping[str, tuple[PresenceEntry, ...]]] = []
+
+        def prepare() -> None:
+            """What needs no facts, done while the database reads them."""
+            for given, recipients, appended_at in items:
+                stamp = given.mv is None and self.mv is not None
+                hint = replace(given, mv=self.mv) if stamp else given
+                if hint.category not in self.categories:
+                    log.warning(
+                        "hint category is not configured; skipped", extra={"kind": hint.kind}
+                    )
+                    self.outcome.skips["preference"] += len(recipients)
+                    continue
+                jobs = HintJobs(
+                    hint,
+                    self.live,
+                    self.writer,
+                    now=self.now,
+                    appended_at=appended_at,
+                    push_max_attempts=self.config.push.max_attempts,
+                    encoded=self._encoded,
+                )
+                prepared.append((hint, HintRules.of(hint, self.policy, self.now), jobs, recipients))
+            if shared is None:
+                assert not isinstance(self.presence, SharedPresence)
+                local.append(self.presence.entries(users))
+
         group = facts.load_group(
             self.conn,
             users=users,
@@ -162,6 +190,7 @@ class Decider:
             follows=follows,
             with_windows=windows_on and self.policy.coalesce_window.total_seconds() > 0,
             presence_since=shared.since(self.now) if shared is not None else None,
+            meanwhile=prepare,
         )
         infos, reads, member_of = group.infos, group.reads, group.member_of
         windows, follows = group.windows, group.follows
@@ -170,8 +199,7 @@ class Decider:
         if shared is not None:
             presence, holders = group.presence, group.holders
         else:
-            assert not isinstance(self.presence, SharedPresence)
-            presence = self.presence.entries(users)
+            (presence,) = local
         # What a recipient brings to every hint of the group, looked up once.
         people, devices = group.people, group.devices
         unknown, nothing = facts.UNKNOWN_PERSON, ()
@@ -185,25 +213,7 @@ class Decider:
 
         # Jobs stream into COPY while deciding: the database ingests on its own core.
         with self.writer.stream():
-            for given, recipients, appended_at in items:
-                stamp = given.mv is None and self.mv is not None
-                hint = replace(given, mv=self.mv) if stamp else given
-                if hint.category not in self.categories:
-                    log.warning(
-                        "hint category is not configured; skipped", extra={"kind": hint.kind}
-                    )
-                    self.outcome.skips["preference"] += len(recipients)
-                    continue
-                rules = HintRules.of(hint, self.policy, self.now)
-                jobs = HintJobs(
-                    hint,
-                    self.live,
-                    self.writer,
-                    now=self.now,
-                    appended_at=appended_at,
-                    push_max_attempts=self.config.push.max_attempts,
-                    encoded=self._encoded,
-                )
+            for hint, rules, jobs, recipients in prepared:
                 thread_id = hint.thread_id
                 info = infos.get(thread_id) if thread_id else None
                 levels = follows.get(thread_id, no_follows) if thread_id else no_follows
@@ -411,7 +421,10 @@ class RoundPlanner:
             record_messages(
                 self.conn, [(e.payload["thread_id"], int(e.payload["thread_seq"])) for e in events]
             )
-            follows = facts.follow_rows(self.conn, thread_ids)
+            read_follows = facts.send_follow_rows(self.conn, thread_ids)
+            # The database records and reads meanwhile.
+            hints = [message_hint(e.payload, self.decider.mv) for e in events]
+            follows = read_follows()
         members: dict[str, set[str]] = {}
         infos: dict[str, facts.ThreadInfo] = {}
         if self.config.notify.default_level is Level.ALL:
@@ -420,8 +433,7 @@ class RoundPlanner:
                 self.conn, {s for info in infos.values() for s in info.scopes}
             )
         items: list[tuple[Hint, Sequence[str], datetime]] = []
-        for event in events:
-            hint = message_hint(event.payload)
+        for event, hint in zip(events, hints, strict=True):
             assert hint.thread_id is not None
             stored = follows.get(hint.thread_id, {})
             candidates = {u for u, level in stored.items() if level is Level.ALL}
