@@ -95,7 +95,7 @@ _COPY_CHUNK_ROWS = 256
 """Rows sent to COPY at once: large enough to amortise a round trip, small enough to
 keep the database busy while the caller decides."""
 
-_COPY_CHUNK_PARTS = 3 * _COPY_CHUNK_ROWS
+_COPY_CHUNK_PARTS = 4 * _COPY_CHUNK_ROWS
 
 RowShape = tuple[bytes, bytes]
 """A binary ``COPY`` row of the jobs table but its args: the fields before them (the
@@ -109,6 +109,8 @@ _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _JSONB_VERSION = b"\x01"
 """jsonb's binary form: a version byte, then the JSON text."""
+_jsonb_head = struct.Struct("!ic").pack
+"""A jsonb field's length and version byte, before its JSON text."""
 
 
 def _timestamptz(when: datetime) -> bytes:
@@ -144,7 +146,8 @@ class JobWriter:
         self._now = now
         self._shapes: dict[tuple[str, datetime, int], RowShape] = {}
         self._lines: list[bytes] = []
-        """Three parts per row: the fields before the args, the args, the fields after."""
+        """Four parts per row: the fields before the args, the args' length and version,
+        the args, the fields after."""
         self._keyed: list[JobSpec] = []
         self._streaming = False
         self._open: ExitStack | None = None
@@ -197,7 +200,7 @@ class JobWriter:
         immediate pushes, encoded once per hint: ``notify.routes.HintJobs``)."""
         self.added += 1
         lines = self._lines
-        lines += (shape[0], (len(args) + 1).to_bytes(4, "big") + _JSONB_VERSION + args, shape[1])
+        lines += (shape[0], _jsonb_head(len(args) + 1, _JSONB_VERSION), args, shape[1])
         if self._streaming and len(lines) >= _COPY_CHUNK_PARTS:
             self._send_lines()
 
