@@ -303,7 +303,8 @@ def load_group(
     user_keys = _keys(users)
     thread_list = sorted({t for _u, t in pairs})
     thread_keys = _keys(thread_list)
-    pair_list = list(dict.fromkeys(pairs))  # two arrays, read in step (``_PAIR_KEYS``)
+    # Two arrays, read in step (``_PAIR_KEYS``), without duplicates.
+    pair_list = list(pairs) if isinstance(pairs, set | frozenset) else list(dict.fromkeys(pairs))
     pair_users = orjson.dumps([p[0] for p in pair_list]).decode()
     pair_threads = orjson.dumps([p[1] for p in pair_list]).decode()
     with conn.pipeline():
