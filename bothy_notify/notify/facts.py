@@ -12,9 +12,10 @@ to ``bothy.presence``, read in the same pipeline as the rest of a group.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import chain, repeat
 from typing import Any
 
 import orjson
@@ -285,7 +286,7 @@ def load_group(
     conn: Conn,
     *,
     users: Collection[str],
-    pairs: Collection[tuple[str, str]],
+    pairs: Collection[tuple[str, str]] | Mapping[str, Collection[str]],
     follows: dict[str, dict[str, Level]] | None,
     with_windows: bool,
     presence_since: datetime | None = None,
@@ -293,7 +294,8 @@ def load_group(
 ) -> GroupFacts:
     """Read a group's facts with every query in one pipeline (one round trip).
 
-    ``pairs`` are the (recipient, thread) pairs of hints with a thread;
+    ``pairs`` are the (recipient, thread) pairs of hints with a thread, or per
+    thread its recipients (what the round passes: no tuple per pair);
     ``follows`` may be passed when the caller read them already. With
     ``presence_since`` the shared presence of nodes live since then is read
     too (:class:`SharedPresence`). ``meanwhile`` is called once the reads are
@@ -301,23 +303,33 @@ def load_group(
     the database runs them. It must not use the connection.
     """
     user_keys = _keys(users)
-    thread_list = sorted({t for _u, t in pairs})
+    # Two arrays of the pairs, read in step (``_PAIR_KEYS``), without duplicates.
+    if isinstance(pairs, Mapping):
+        by_thread = {t: list(dict.fromkeys(us)) for t, us in pairs.items() if us}
+        thread_list = sorted(by_thread)
+        pair_users = orjson.dumps(list(chain.from_iterable(by_thread.values()))).decode()
+        pair_threads = orjson.dumps(
+            list(chain.from_iterable(repeat(t, len(us)) for t, us in by_thread.items()))
+        ).decode()
+    else:
+        pair_list = list(dict.fromkeys(pairs))
+        thread_list = sorted({t for _u, t in pair_list})
+        pair_users = orjson.dumps([p[0] for p in pair_list]).decode()
+        pair_threads = orjson.dumps([p[1] for p in pair_list]).decode()
     thread_keys = _keys(thread_list)
-    # Two arrays, read in step (``_PAIR_KEYS``), without duplicates.
-    pair_list = list(pairs) if isinstance(pairs, set | frozenset) else list(dict.fromkeys(pairs))
-    pair_users = orjson.dumps([p[0] for p in pair_list]).decode()
-    pair_threads = orjson.dumps([p[1] for p in pair_list]).decode()
     with conn.pipeline():
         c_threads = conn.execute(_THREADS, (thread_keys,)) if thread_list else None
         c_follows = (
             conn.execute(_FOLLOWS, (thread_keys,)) if thread_list and follows is None else None
         )
         c_members = conn.execute(_MEMBERS, (thread_keys, user_keys)) if thread_list else None
-        c_reads = conn.execute(_READS, (pair_users, pair_threads)) if pairs else None
+        c_reads = conn.execute(_READS, (pair_users, pair_threads)) if thread_list else None
         c_people = conn.execute(_PEOPLE, (user_keys,))
         c_devices = conn.execute(_DEVICES, (user_keys,))
         c_windows = (
-            conn.execute(_WINDOWS, (pair_users, pair_threads)) if pairs and with_windows else None
+            conn.execute(_WINDOWS, (pair_users, pair_threads))
+            if thread_list and with_windows
+            else None
         )
         c_presence = (
             conn.execute(_PRESENCE, (user_keys, presence_since))

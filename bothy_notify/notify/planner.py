@@ -153,7 +153,10 @@ class Decider:
         users = {u for _h, recipients, _a in items for u in recipients}
         if not users:
             return
-        pairs = {(u, h.thread_id) for h, rs, _a in items if h.thread_id for u in rs}
+        pairs: dict[str, set[str]] = {}  # thread -> its recipients in this group
+        for h, recipients, _a in items:
+            if h.thread_id:
+                pairs.setdefault(h.thread_id, set()).update(recipients)
         shared = self.presence if isinstance(self.presence, SharedPresence) else None
         prepared: list[tuple[Hint, HintRules, HintJobs, Sequence[str]]] = []
         local: list[Mapping[str, tuple[PresenceEntry, ...]]] = []
