@@ -98,7 +98,15 @@ def postgres_cpu(postmaster: int) -> float:
     """CPU seconds used so far by PostgreSQL: the postmaster, every live child
     (backends, writers, WAL), and the children that have ended (the postmaster's
     cutime/cstime), so a delta of two readings is the server's CPU in between."""
-    total = process_cpu(postmaster, children=True)
+    return tree_cpu(postmaster)
+
+
+def tree_cpu(parent: int) -> float:
+    """CPU seconds used so far by ``parent``, its live children (and theirs that
+    ended) and its children that ended: a delta of two readings is the CPU of the
+    process and its direct children in between (the postmaster and its backends,
+    ``bothy-notify run --processes N`` and its node processes)."""
+    total = process_cpu(parent, children=True)
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -107,7 +115,7 @@ def postgres_cpu(postmaster: int) -> float:
                 parts = stat.read().rsplit(")", 1)[1].split()
         except OSError:
             continue  # ended meanwhile
-        if int(parts[1]) == postmaster:
+        if int(parts[1]) == parent:
             total += (sum(int(p) for p in parts[11:15])) / os.sysconf("SC_CLK_TCK")
     return total
 

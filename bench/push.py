@@ -22,9 +22,19 @@ and costs about 0.5 ms of CPU per request). In one run:
 Prints pushes/s, bare/s, their ratio, CPU per push, the memory figures, and a
 last JSON line.
 
+With ``--processes N`` the pipeline phase runs as real commands instead:
+``bothy-notify run --role worker --processes 1`` and ``... --processes N``
+(``server.processes``: N node processes from one command) in turn, ``--rounds``
+times each, alternating, against the same fake and database; each run is
+measured from the insert's commit to the last job's ``finished_at`` (the
+database is polled every 200 ms for the end), with the CPU of the command and
+all its node processes and of PostgreSQL read from ``/proc``. The
+stall phase is skipped. The last line then reports the N-process figures, the
+single-process ones (``single_*``) and their ratio (``scaling``).
+
 Usage: .venv/bin/python bench/push.py [--fake nginx|python] [--jobs N] [--bare N]
        [--registrations R] [--concurrency C] [--max-in-flight M] [--stall-seconds S]
-       [--profile FILE]
+       [--profile FILE] [--processes N [--rounds R]]
 """
 
 from __future__ import annotations
@@ -49,7 +59,17 @@ from cryptography.hazmat.primitives.asymmetric import ec
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import Meter, bench_database, machine, postgres_pid, report  # noqa: E402
+from bench._common import (  # noqa: E402
+    Meter,
+    bench_database,
+    machine,
+    machine_busy,
+    postgres_cpu,
+    postgres_pid,
+    process_cpu,
+    report,
+    tree_cpu,
+)
 from bench._fakes import KEY_ID, TEAM_ID, TOPIC, FakeApnsServer, start_fake  # noqa: E402
 from bench.http2_clients import run_client  # noqa: E402
 from bothy_notify.config import structure_config  # noqa: E402
@@ -308,6 +328,183 @@ async def pipeline(
     return out
 
 
+def unfinished(url: str) -> int:
+    """Jobs still available or running (one light query on the partial indexes)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM bothy.jobs WHERE state IN ('available', 'running')"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def last_job_id(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT coalesce(max(id), 0) FROM bothy.jobs").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def last_finished(url: str, after_id: int) -> datetime:
+    """When the last job with an id above ``after_id`` was recorded (the database's clock)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT max(finished_at) FROM bothy.jobs WHERE id > %s", (after_id,)
+        ).fetchone()
+    assert row is not None and row[0] is not None
+    finished: datetime = row[0]
+    return finished
+
+
+def failed_jobs(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM bothy.jobs WHERE state = 'failed'").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def node_config_file(args: argparse.Namespace, url: str, fake: FakeApnsServer, tmp: Path) -> Path:
+    """The pipeline's daemon as a configuration file for ``bothy-notify run``."""
+    import tomlkit
+
+    config = {
+        "server": {"role": "worker", "api_listen": "127.0.0.1:0", "drain_period": "1s"},
+        "database": {"url": url, "pool_size": args.pool},
+        "notify": {"poll_interval": "1s"},
+        "jobs": {"concurrency": args.runner_concurrency, "claim_batch": args.claim_batch},
+        "push": {
+            "max_in_flight": args.max_in_flight,
+            "apns": {
+                "key": "env:BENCH_APNS_KEY",
+                "key_id": KEY_ID,
+                "team_id": TEAM_ID,
+                "bundle_id": TOPIC,
+                "endpoint": fake.url,
+                "ca_file": fake.ca_file,
+            },
+        },
+        "log": {"level": "error"},
+    }
+    path = tmp / "node.toml"
+    path.write_text(tomlkit.dumps(config), encoding="utf-8")
+    return path
+
+
+async def wait_drained(url: str) -> None:
+    """Return once no job is available or running (the caller bounds the wait)."""
+    # Other processes finish the jobs: nothing here to wait on but the database. The
+    # run's end is read from the jobs' finished_at, so the poll can be slow and cheap.
+    while await trio.to_thread.run_sync(unfinished, url):  # noqa: ASYNC110
+        await trio.sleep(0.2)
+
+
+async def command_pipeline(
+    args: argparse.Namespace,
+    processes: int,
+    url: str,
+    fake: FakeApnsServer,
+    pem: str,
+    regs: list[tuple[str, str]],
+    config: Path,
+    start: int,
+) -> dict[str, Any]:
+    """One pipeline run by ``bothy-notify run --processes N`` (see the docstring)."""
+    log = config.parent / f"node-{processes}-{start}.log"
+    with log.open("wb") as out:
+        node = subprocess.Popen(  # noqa: ASYNC220 (a fork and exec; waited for in a thread)
+            [
+                sys.executable,
+                "-m",
+                "bothy_notify.cli",
+                "run",
+                "--config",
+                str(config),
+                "--processes",
+                str(processes),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "BENCH_APNS_KEY": pem},
+        )
+    try:
+        with trio.fail_after(120):
+            while b"bothy-notify running" not in log.read_bytes():
+                if node.poll() is not None:
+                    raise SystemExit(f"the node exited with {node.returncode}:\n{log.read_text()}")
+                await trio.sleep(0.05)
+        await trio.to_thread.run_sync(insert_jobs, url, regs, args.warmup, start)
+        with trio.fail_after(60):
+            await wait_drained(url)
+        postmaster = postgres_pid(url)
+        failed_before = await trio.to_thread.run_sync(failed_jobs, url)
+        nodes_cpu, fake_cpu = tree_cpu(node.pid), process_cpu(fake.pid)
+        pg_cpu = postgres_cpu(postmaster) if postmaster else 0.0
+        busy, total = machine_busy()
+        before = await trio.to_thread.run_sync(last_job_id, url)
+        await trio.to_thread.run_sync(insert_jobs, url, regs, args.jobs, start + args.warmup)
+        committed = datetime.now(UTC)
+        with trio.fail_after(120):
+            await wait_drained(url)
+        finished = await trio.to_thread.run_sync(last_finished, url, before)
+        elapsed = (finished - committed).total_seconds()
+        busy2, total2 = machine_busy()
+        per = 1e6 / args.jobs
+        figures: dict[str, Any] = {
+            "processes": processes,
+            "pushes_per_s": args.jobs / elapsed,
+            "pipeline_seconds": elapsed,
+            "daemon_cpu_us": (tree_cpu(node.pid) - nodes_cpu) * per,
+            "postgres_cpu_us": (postgres_cpu(postmaster) - pg_cpu) * per if postmaster else None,
+            "fake_cpu_us": (process_cpu(fake.pid) - fake_cpu) * per,
+            "machine_busy_pct": 100 * (busy2 - busy) / max(1.0, total2 - total),
+            "failed": await trio.to_thread.run_sync(failed_jobs, url) - failed_before,
+        }
+    finally:
+        node.send_signal(signal.SIGTERM)
+        try:
+            await trio.to_thread.run_sync(node.wait, 60)
+        except subprocess.TimeoutExpired:
+            node.kill()
+            node.wait()
+    return figures
+
+
+async def scaling(
+    args: argparse.Namespace,
+    url: str,
+    fake: FakeApnsServer,
+    pem: str,
+    regs: list[tuple[str, str]],
+    tmp: Path,
+) -> list[dict[str, Any]]:
+    """``--rounds`` alternating runs of one and of ``--processes`` node processes."""
+    config = node_config_file(args, url, fake, tmp)
+    runs: list[dict[str, Any]] = []
+    start = 0
+    for _ in range(args.rounds):
+        for processes in (1, args.processes):
+            figures = await command_pipeline(args, processes, url, fake, pem, regs, config, start)
+            start += args.warmup + args.jobs
+            pg = figures["postgres_cpu_us"]
+            print(
+                f"pipeline, {processes} process{'es' if processes > 1 else ''}:"
+                f" {figures['pushes_per_s']:,.0f} pushes/s,"
+                f" {figures['daemon_cpu_us'] + (pg or 0):.0f} us CPU per push ="
+                f" {figures['daemon_cpu_us']:.0f} in the node processes"
+                f" + {pg if pg is not None else float('nan'):.0f} in PostgreSQL;"
+                f" fake {figures['fake_cpu_us']:.0f} us; machine"
+                f" {figures['machine_busy_pct']:.0f}% busy; {figures['failed']} failed",
+                flush=True,
+            )
+            runs.append(figures)
+    return runs
+
+
+def mean(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in runs if r[key] is not None]
+    return sum(values) / len(values) if values else None
+
+
 async def main_async(args: argparse.Namespace) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     pem = key.private_bytes(
@@ -325,9 +522,15 @@ async def main_async(args: argparse.Namespace) -> None:
                     f" ({args.bare} requests, {args.concurrency} tasks, {args.fake} fake)",
                     flush=True,
                 )
-                figures = await pipeline(args, url, fake, pem, regs)
+                if args.processes is not None:
+                    runs = await scaling(args, url, fake, pem, regs, Path(tmp))
+                else:
+                    figures = await pipeline(args, url, fake, pem, regs)
         finally:
             fake.close()
+    if args.processes is not None:
+        report_scaling(args, bare, bare_figures, runs)
+        return
     pushes = figures["pushes_per_s"]
     ratio = pushes / bare
     cpu = figures["cpu"]
@@ -377,6 +580,55 @@ async def main_async(args: argparse.Namespace) -> None:
     )
 
 
+def report_scaling(
+    args: argparse.Namespace,
+    bare: float,
+    bare_figures: dict[str, Any],
+    runs: list[dict[str, Any]],
+) -> None:
+    """The summary and last line of a ``--processes`` run."""
+    single = [r for r in runs if r["processes"] == 1]
+    multi = [r for r in runs if r["processes"] == args.processes]
+
+    def figures(group: list[dict[str, Any]]) -> tuple[float, float, float, float | None]:
+        pushes = mean(group, "pushes_per_s") or 0.0
+        daemon = mean(group, "daemon_cpu_us") or 0.0
+        pg = mean(group, "postgres_cpu_us")
+        return pushes, daemon + (pg or 0.0), daemon, pg
+
+    s_pushes, s_cpu, _, _ = figures(single)
+    m_pushes, m_cpu, m_daemon, m_pg = figures(multi)
+    ratio = m_pushes / s_pushes if s_pushes else 0.0
+    print(
+        f"bare: {bare_figures['cpu_us_per_request']:.0f} us CPU per request in this process,"
+        f" {bare_figures['fake_cpu_us_per_request']:.0f} us in the fake"
+    )
+    print(
+        f"mean of {args.rounds} alternating rounds: 1 process {s_pushes:,.0f} pushes/s at"
+        f" {s_cpu:.0f} us per push; {args.processes} processes {m_pushes:,.0f} pushes/s at"
+        f" {m_cpu:.0f} us per push ({m_pushes / args.processes:,.0f}/s per process);"
+        f" scaling {ratio:.2f}x"
+    )
+    _, peak = rss_mb()
+    print(f"machine: {machine()}")
+    report(
+        "push",
+        pushes_per_s=round(m_pushes, 1),
+        bare_per_s=round(bare, 1),
+        ratio=round(m_pushes / bare, 3),
+        peak_rss_mb=round(peak, 1),
+        cpu_us_per_push=round(m_cpu, 1),
+        daemon_cpu_us_per_push=round(m_daemon, 1),
+        postgres_cpu_us_per_push=None if m_pg is None else round(m_pg, 1),
+        processes=args.processes,
+        fake=args.fake,
+        single_pushes_per_s=round(s_pushes, 1),
+        single_cpu_us_per_push=round(s_cpu, 1),
+        scaling=round(ratio, 3),
+        rounds=args.rounds,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fake", choices=("nginx", "python"), default="nginx")
@@ -392,7 +644,18 @@ def main() -> None:
     parser.add_argument("--stall-jobs", type=int, default=5_000)
     parser.add_argument("--stall-seconds", type=float, default=12.0)
     parser.add_argument("--profile", metavar="FILE", help="py-spy the pipeline into FILE")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        metavar="N",
+        help="run the pipeline as `bothy-notify run --processes 1` and `--processes N`, in turn",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="alternations with --processes")
     args = parser.parse_args()
+    if args.processes is not None and args.processes < 2:
+        parser.error("--processes: at least 2 (1 is the comparison every round makes)")
+    if args.processes is not None and args.profile:
+        parser.error("--profile profiles the in-process pipeline; leave out --processes")
     trio.run(main_async, args)
 
 

@@ -29,6 +29,7 @@ import resource
 import sys
 import time
 import tracemalloc
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,7 +37,15 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import bench_database, machine, report
+from bench._common import (
+    bench_database,
+    machine,
+    machine_busy,
+    postgres_cpu,
+    postgres_pid,
+    process_cpu,
+    report,
+)
 from bothy_notify.config import structure_config
 from bothy_notify.kernel.clock import SystemClock
 from bothy_notify.kernel.metrics import Metrics
@@ -115,8 +124,22 @@ def seed(
     return out
 
 
-def run_round(url: str, batch: int) -> tuple[float, int, RoundOutcome, int]:
-    """Drain the log with the real round; returns time, events, summed outcome, peak bytes."""
+@dataclass
+class RoundRun:
+    """What draining the log took: wall seconds, CPU seconds of this process and of
+    PostgreSQL (every server process), the share of the machine busy meanwhile."""
+
+    elapsed: float
+    consumed: int
+    outcome: RoundOutcome
+    peak_bytes: int
+    own_cpu: float
+    postgres_cpu: float
+    machine_busy_pct: float
+
+
+def run_round(url: str, batch: int) -> RoundRun:
+    """Drain the log with the real round."""
     config = structure_config(
         {"server": {"role": "worker"}, "notify": {"batch_size": batch}}, env={}
     )
@@ -142,6 +165,10 @@ def run_round(url: str, batch: int) -> tuple[float, int, RoundOutcome, int]:
     )
     conn = connect_dedicated(url)
     consumed = 0
+    postmaster = postgres_pid(url)
+    pg_before = postgres_cpu(postmaster) if postmaster else 0.0
+    own_before = process_cpu()
+    busy_before, total_before = machine_busy()
     tracemalloc.start()
     started = time.perf_counter()
     try:
@@ -154,8 +181,12 @@ def run_round(url: str, batch: int) -> tuple[float, int, RoundOutcome, int]:
         elapsed = time.perf_counter() - started
         _current, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
+        own = process_cpu() - own_before
+        pg = (postgres_cpu(postmaster) - pg_before) if postmaster else 0.0
+        busy, total_jiffies = machine_busy()
         conn.close()
-    return elapsed, consumed, total, peak
+    busy_pct = 100 * (busy - busy_before) / max(1.0, total_jiffies - total_before)
+    return RoundRun(elapsed, consumed, total, peak, own, pg, busy_pct)
 
 
 def python_hmac(deliveries: list[tuple[bytes, bytes, list[bytes]]]) -> tuple[float, int]:
@@ -189,7 +220,8 @@ def main() -> None:
             own=own,
             data_bytes=args.data_bytes,
         )
-        elapsed, consumed, outcome, peak = run_round(url, args.batch)
+        run = run_round(url, args.batch)
+        elapsed, consumed, outcome, peak = run.elapsed, run.consumed, run.outcome, run.peak_bytes
         with psycopg.connect(url) as conn:
             row = conn.execute(
                 "SELECT count(*) FROM bothy.jobs WHERE kind = 'topics.push_send'"
@@ -206,6 +238,13 @@ def main() -> None:
         f"round: {consumed} envelopes in {elapsed:.2f}s -> {deliveries} deliveries decided"
         f" ({per_s:,.0f}/s) in {topics.pages} pages (largest {topics.largest_page})"
     )
+    cpu = run.own_cpu + run.postgres_cpu
+    per_cpu_s = deliveries / cpu if cpu else 0.0
+    print(
+        f"  CPU: this process {run.own_cpu:.2f}s, PostgreSQL {run.postgres_cpu:.2f}s"
+        f" -> {per_cpu_s:,.0f} deliveries per CPU second"
+        f" (machine {run.machine_busy_pct:.0f}% busy meanwhile)"
+    )
     print(f"  suppressed {suppressed} (expected exactly {expected}), jobs {jobs}")
     print(
         f"  peak Python allocations during the round: {peak / 1024:,.0f} KiB;"
@@ -218,6 +257,10 @@ def main() -> None:
     report(
         "topics",
         deliveries_per_s=round(per_s),
+        deliveries_per_cpu_s=round(per_cpu_s),
+        own_cpu_s=round(run.own_cpu, 2),
+        postgres_cpu_s=round(run.postgres_cpu, 2),
+        machine_busy_pct=round(run.machine_busy_pct),
         deliveries=deliveries,
         suppressed=suppressed,
         suppressed_expected=expected,

@@ -15,14 +15,17 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TextIO
+from dataclasses import fields, replace
+from functools import partial
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import trio
 
-from bothy_notify.config import Config, ConfigError, Role, load_config
+from bothy_notify.config import Config, ConfigError, Role, ServerConfig, load_config
 from bothy_notify.logs import setup_logging
 
 if TYPE_CHECKING:
+    from bothy_notify.processes.control import ParentChannel
     from bothy_notify.wiring import GatewayFactory
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -38,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", parents=[common], help="run the daemon")
     run.add_argument("--role", choices=[r.value for r in Role], help="override server.role")
+    run.add_argument(
+        "--processes",
+        type=int,
+        metavar="N",
+        help="override server.processes: run N node processes sharing the ports",
+    )
     sub.add_parser("migrate", parents=[common], help="apply database migrations")
     sub.add_parser("check-config", parents=[common], help="load and check the configuration")
 
@@ -103,6 +112,19 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     except ConfigError as exc:
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    child: ParentChannel | None = None
+    if args.command == "run":
+        problem = _check_processes(args.processes)
+        if problem is not None:
+            print(f"bothy-notify: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+        from bothy_notify.processes.control import ControlError, supervised_child
+
+        try:
+            child = supervised_child()
+        except ControlError as exc:
+            print(f"bothy-notify: {exc}", file=sys.stderr)
+            return EXIT_FAILED
     if args.command == "check-config":
         from bothy_notify.notify.kinds_dir import load_catalogue
         from bothy_notify.push.factory import check_providers
@@ -113,8 +135,11 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         except ConfigError as exc:
             print(f"bothy-notify: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        processes = config.server.processes
         print(
-            f"configuration OK ({path or 'built-in defaults'}); role {config.server.role}", file=out
+            f"configuration OK ({path or 'built-in defaults'}); role {config.server.role}"
+            + (f", {processes} processes" if processes > 1 else ""),
+            file=out,
         )
         if skipped:
             print(
@@ -122,13 +147,20 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
                 file=out,
             )
         return EXIT_OK
-    setup_logging(config.log)
+    setup_logging(config.log, process=child.spec.ordinal if child is not None else None)
     from bothy_notify import commands
     from bothy_notify.store.db import StoreError
 
     try:
         if args.command == "run":
-            return _run(config, args.role)
+            if child is not None:
+                return _run(child.spec.apply(config), child=child)
+            if args.role is not None:
+                config = replace(config, server=replace(config.server, role=Role(args.role)))
+            count = args.processes or config.server.processes
+            if count > 1:
+                return _run_processes(config, count, path)
+            return _run(config)
         if args.command == "migrate":
             return commands.migrate_command(config, out)
         if args.command == "dev-token":
@@ -154,15 +186,43 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     return EXIT_USAGE
 
 
-def _run(config: Config, role: str | None) -> int:
-    from dataclasses import replace
+def _check_processes(value: int | None) -> str | None:
+    """What is wrong with ``run --processes``, if anything (the key's own range)."""
+    if value is None:
+        return None
+    field = next(f for f in fields(ServerConfig) if f.name == "processes")
+    low, high = field.metadata["min"], field.metadata["max"]
+    if not low <= value <= high:
+        return f"--processes: must be between {low} and {high}"
+    return None
 
-    from bothy_notify.store.db import StoreError
+
+def _run_processes(config: Config, count: int, path: str | None) -> int:
+    """``run`` as the parent of ``count`` node processes (:mod:`bothy_notify.processes`)."""
+    from bothy_notify.processes.parent import ListenError, run_node_processes
+
+    try:
+        return run_node_processes(config, count=count, config_path=path)
+    except ListenError as exc:
+        print(f"bothy-notify: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except BaseExceptionGroup as group:
+        _raise_startup_error(group)
+
+
+def _run(config: Config, *, child: ParentChannel | None = None) -> int:
+    """``run`` as one node: this process (``child``: one of the node processes of
+    ``server.processes``, told what to do over its control channel)."""
     from bothy_notify.wiring import Daemon, NodeAddresses
 
-    if role is not None:
-        config = replace(config, server=replace(config.server, role=Role(role)))
-    daemon = Daemon(config, gateway_factory=_gateway_factory())
+    daemon = Daemon(
+        config,
+        gateway_factory=_gateway_factory(),
+        database_url=child.spec.database_url if child is not None else None,
+        reuse_port=child is not None,
+        migrate=child is None,
+    )
+    name = f"bothy-notify[{child.spec.ordinal}]" if child is not None else "bothy-notify"
 
     async def main_task() -> None:
         # Signals are taken over before anything starts, so a SIGTERM during startup
@@ -174,19 +234,31 @@ def _run(config: Config, role: str | None) -> int:
                     draining = False
                     async for _ in signals:
                         if draining:  # a second signal: stop now (cleanups still run)
-                            print("bothy-notify: stopping now", file=sys.stderr, flush=True)
-                            nursery.cancel_scope.cancel()
+                            stop_now()
                             return
                         draining = True
-                        print("bothy-notify: shutting down", file=sys.stderr, flush=True)
+                        print(f"{name}: shutting down", file=sys.stderr, flush=True)
                         daemon.request_shutdown()
+
+                def stop_now() -> None:
+                    print(f"{name}: stopping now", file=sys.stderr, flush=True)
+                    nursery.cancel_scope.cancel()
 
                 async def run_daemon(*, task_status: trio.TaskStatus[NodeAddresses]) -> None:
                     await daemon.run(task_status=task_status)
                     nursery.cancel_scope.cancel()  # stopped: no more signals to wait for
 
                 nursery.start_soon(on_signal)
+                if child is not None:
+                    # The parent's drain and stop are its signals passed on; the end of
+                    # the channel means the parent is gone: drain.
+                    nursery.start_soon(
+                        partial(child.watch, drain=daemon.request_shutdown, stop=stop_now)
+                    )
                 addresses = await nursery.start(run_daemon)
+                if child is not None:
+                    await child.ready()  # the parent prints the line for all of them
+                    return
                 print(
                     f"bothy-notify running (role {config.server.role}): API http://{addresses.api}"
                     + (
@@ -201,14 +273,21 @@ def _run(config: Config, role: str | None) -> int:
     try:
         trio.run(main_task)
     except BaseExceptionGroup as group:
-        # A startup error (a provider's credentials, a missing secret, an unreachable
-        # database) surfaces from the nursery wrapped in a group; report it in one line
-        # like the same error of any other command.
-        reported, rest = group.split((ConfigError, StoreError))
-        if reported is None or rest is not None:
-            raise
-        raise _first_leaf(reported) from None
+        _raise_startup_error(group)
     return EXIT_OK
+
+
+def _raise_startup_error(group: BaseExceptionGroup[BaseException]) -> NoReturn:
+    """A startup error (a provider's credentials, a missing secret, an unreachable
+    database) surfaces from a nursery wrapped in a group; raise it alone, so it is
+    reported in one line like the same error of any other command. Anything else in
+    the group is raised as it came."""
+    from bothy_notify.store.db import StoreError
+
+    reported, rest = group.split((ConfigError, StoreError))
+    if reported is None or rest is not None:
+        raise group
+    raise _first_leaf(reported) from None
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:

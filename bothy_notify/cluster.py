@@ -38,6 +38,7 @@ import trio
 from bothy_notify.config import Config, Role
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.supervise import Supervised
 from bothy_notify.store import cluster
 from bothy_notify.store.cluster import NodeRow, SweepResult
 from bothy_notify.store.db import Conn, Database, StoreError
@@ -87,6 +88,7 @@ class NodeRegistry:
         self._last_ok: float | None = None
         self.nodes: tuple[NodeRow, ...] = ()
         """The live nodes as of the last heartbeat, this one included."""
+        self._beating = Supervised("registry", self._beat_forever, metrics=metrics)
 
     def __repr__(self) -> str:
         return f"NodeRegistry(role={self._role.value!r}, nodes={len(self.nodes)})"
@@ -171,16 +173,25 @@ class NodeRegistry:
             await self.beat()
             log.info("node joined the cluster", extra={"nodes": len(self.nodes)})
             task_status.started()
-            while True:
-                await trio.sleep(self._heartbeat)
-                try:
-                    await self.beat()
-                except StoreError:
-                    self._metrics.cluster_heartbeat_failures.inc()
-                    log.warning("heartbeat failed; retrying at the next one")
+            # Any other failure of a heartbeat (a bug, a callback that raised) restarts
+            # the loop with backoff instead of stopping the node; ``healthy`` (the
+            # ``cluster`` check of /readyz) turns false only if beats stop for long.
+            await self._beating.run()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(LEAVE_TIMEOUT):
                 await self.leave()
+
+    async def _beat_forever(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(self._heartbeat)
+            try:
+                await self.beat()
+            except StoreError:
+                self._metrics.cluster_heartbeat_failures.inc()
+                log.warning("heartbeat failed; retrying at the next one")
 
     async def leave(self) -> None:
         """Remove this node's row and presence, and end jobs waiting for it (``node_gone``)."""

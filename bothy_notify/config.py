@@ -184,6 +184,14 @@ class ServerConfig:
     drain_period: timedelta = field(
         default=_d("10s"), metadata=_meta("time for in-flight work at shutdown", min=0, max=600)
     )
+    processes: int = field(
+        default=1,
+        metadata=_meta(
+            "node processes `run` starts (more than 1: a cluster sharing the ports)",
+            min=1,
+            max=256,
+        ),
+    )
     dev: bool = field(default=False, metadata=_meta("development mode: dev-token, fake printing"))
     heartbeat: timedelta = field(
         default=_d("2s"),

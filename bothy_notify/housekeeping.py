@@ -103,9 +103,7 @@ class Housekeeper:
                 "jobs whose lease ran out were rescued",
                 extra={"rescued": again, "failed": failed},
             )
-        self._metrics.jobs_depth.clear()
-        for (kind, state), n in counts.items():
-            self._metrics.jobs_depth.labels(kind, state).set(n)
+        self._metrics.set_jobs_depth(counts)
         self._metrics.jobs_lag_seconds.set(lag)
 
     async def sweep_now(self) -> SweepResult:

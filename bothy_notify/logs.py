@@ -20,6 +20,10 @@ made safe by construction rather than by review:
 - **Crashes**: :func:`install_crash_hooks` replaces ``sys.excepthook``,
   ``threading.excepthook`` and ``sys.unraisablehook`` so an exception that
   escapes everything is written the same way.
+
+A node process of ``server.processes > 1`` writes its ordinal (1 to N) in
+every line: ``"process": 2`` in JSON, ``[2]`` before the level in text; the
+parent's own lines (logger ``bothy.processes``) carry none.
 """
 
 from __future__ import annotations
@@ -100,6 +104,12 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
 
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line; ``process``: the node process's ordinal, if any."""
+
+    def __init__(self, process: int | None = None) -> None:
+        super().__init__()
+        self._process = process
+
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, object] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
@@ -107,6 +117,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": safe_message(record),
         }
+        if self._process is not None:
+            out["process"] = self._process
         if _own(record):
             for key, value in record.__dict__.items():
                 if key not in _STANDARD:
@@ -117,11 +129,17 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
+    """Plain text; ``[N]`` first: the node process's ordinal, if any."""
+
+    def __init__(self, process: int | None = None) -> None:
+        super().__init__()
+        self._prefix = f"[{process}] " if process is not None else ""
+
     def format(self, record: logging.LogRecord) -> str:
         extras = ""
         if _own(record):
             extras = " ".join(f"{k}={v}" for k, v in record.__dict__.items() if k not in _STANDARD)
-        line = f"{record.levelname.lower():7} {record.name}: {safe_message(record)}"
+        line = f"{self._prefix}{record.levelname.lower():7} {record.name}: {safe_message(record)}"
         if extras:
             line = f"{line} {extras}"
         if record.exc_info and record.exc_info[1] is not None:
@@ -139,11 +157,18 @@ class _ThirdPartyFloor(logging.Filter):
         return _own(record) or record.levelno >= THIRD_PARTY_MIN_LEVEL
 
 
-def setup_logging(config: LogConfig, stream: TextIO | None = None) -> None:
+def setup_logging(
+    config: LogConfig, stream: TextIO | None = None, *, process: int | None = None
+) -> None:
     """Route every logger of the process to ``stream`` (stderr) in the configured
     format: ours at ``log.level``, third-party ones at :data:`THIRD_PARTY_MIN_LEVEL`
-    or above, and Python warnings through ``py.warnings``. Installs the crash hooks."""
-    formatter = JsonFormatter() if config.format is LogFormat.JSON else TextFormatter()
+    or above, and Python warnings through ``py.warnings``. Installs the crash hooks.
+
+    ``process``: this node process's ordinal (``server.processes > 1``), written
+    in every line."""
+    formatter: logging.Formatter = (
+        JsonFormatter(process) if config.format is LogFormat.JSON else TextFormatter(process)
+    )
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(formatter)
     handler.addFilter(_ThirdPartyFloor())

@@ -26,7 +26,8 @@ targeted at it (its own connections), nothing else.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, Protocol, TextIO
@@ -40,6 +41,7 @@ from bothy_notify.cluster import NodeRegistry
 from bothy_notify.config import (
     ClusterMode,
     Config,
+    ConfigError,
     Role,
     resolve_store_secrets,
     store_secret_names,
@@ -195,6 +197,11 @@ class Daemon:
         metrics: the registry (a new one by default).
         stdout: where dev-mode output goes.
         before_commit: test seam of the consumer round.
+        reuse_port: bind the HTTP API and the gateway with ``SO_REUSEPORT``: this
+            node is one of the processes of ``server.processes`` sharing the ports
+            (:mod:`bothy_notify.processes`).
+        migrate: apply migrations at start (``False`` when the parent of
+            ``server.processes`` applied them once for every process).
 
     Raises:
         ConfigError: ``notify.kinds`` is invalid or ``notify.kinds_dir`` is not a
@@ -214,8 +221,12 @@ class Daemon:
         stdout: TextIO | None = None,
         before_commit: Callable[[RoundOutcome], None] | None = None,
         gateway_factory: GatewayFactory | None = None,
+        reuse_port: bool = False,
+        migrate: bool = True,
     ) -> None:
         self.config = config
+        self._reuse_port = reuse_port
+        self._migrate = migrate
         self.spec = role_spec(config.server.role, config.cluster.mode)
         self.node_id = new_id()
         """This process's id in a cluster (a new UUIDv7 at every start)."""
@@ -276,7 +287,9 @@ class Daemon:
 
     async def _serve(self, url: str, task_status: trio.TaskStatus[NodeAddresses]) -> None:
         try:
-            config = await trio.to_thread.run_sync(_prepare_database, url, self.config)
+            config = await trio.to_thread.run_sync(
+                prepare_database, url, self.config, self._migrate
+            )
         except StoreError as exc:
             if not self.spec.registry:
                 raise
@@ -341,6 +354,10 @@ class Daemon:
                     node_id=self.node_id,
                 )
                 await nursery.start(self.registry.run)
+            if config.notify.kinds_dir:
+                # Every node follows the kinds directory, asked or not: its log lines and
+                # bothy_catalogue_invalid_files must be true on an idle node too.
+                await nursery.start(self._supervised("catalogue", self.live_catalogue.watch).run)
             presence: PresenceSource = NoPresence()
             publisher: EphemeralPublisher | None = None
             gateway_address: str | None = None
@@ -353,10 +370,12 @@ class Daemon:
                     verifier=TokenVerifier(config.auth),
                     database_url=url,
                     node_id=self.node_id if spec.shares_presence else None,
+                    reuse_port=self._reuse_port,
                 )
                 if self.registry is not None:
                     self.registry.on_rejoin = self.gateway.presence_lost
-                gateway_address = await nursery.start(self.gateway.run)
+                with _listening("server.gateway_listen", config.server.gateway_listen):
+                    gateway_address = await nursery.start(self.gateway.run)
                 if spec.presence == "hub":
                     presence = self.gateway.presence
                 if spec.publisher == "hub":
@@ -392,12 +411,14 @@ class Daemon:
                         shutdown=api_shutdown,
                         header_timeout=config.server.header_timeout.total_seconds(),
                         drain_period=config.server.drain_period.total_seconds(),
+                        reuse_port=self._reuse_port,
                         task_status=task_status,
                     )
                 finally:
                     api_stopped.set()
 
-            api_address = await nursery.start(serve_http)
+            with _listening("server.api_listen", config.server.api_listen):
+                api_address = await nursery.start(serve_http)
             log.info(
                 "node started",
                 extra={"role": config.server.role.value, "mode": config.cluster.mode.value}
@@ -568,11 +589,33 @@ class Daemon:
         )
 
 
-def _prepare_database(url: str, config: Config) -> Config:
-    """Migrate and resolve ``secret:`` references (blocking; runs in a worker thread)."""
+@contextmanager
+def _listening(key: str, listen: str) -> Iterator[None]:
+    """Around starting a server: an address it cannot listen on (in use, not this
+    host's, a port below 1024 without the right) stops the node with one line
+    naming the key, instead of a crash record."""
+    try:
+        yield
+    except* OSError as group:
+        first: BaseException = group
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        reason = first.strerror if isinstance(first, OSError) and first.strerror else "refused"
+        raise ConfigError(f"{key}: cannot listen on {listen} ({reason})") from None
+
+
+def prepare_database(url: str, config: Config, apply_migrations: bool = True) -> Config:
+    """Migrate (unless told not to) and resolve ``secret:`` references; returns the
+    configuration with them resolved. Blocking: runs in a worker thread.
+
+    Raises:
+        StoreError: the database cannot be reached or refused a statement.
+        ConfigError: a ``secret:`` reference names no secret of the store.
+    """
     conn = connect_dedicated(url, autocommit=False)
     try:
-        migrate(conn)
+        if apply_migrations:
+            migrate(conn)
         if store_secret_names(config):
             with conn.transaction():
                 return resolve_store_secrets(config, lambda name: secret_store.get(conn, name))
@@ -581,4 +624,12 @@ def _prepare_database(url: str, config: Config) -> Config:
         conn.close()
 
 
-__all__ = ["ROLE_TABLE", "Daemon", "NodeAddresses", "RoleFacts", "RoleSpec", "role_spec"]
+__all__ = [
+    "ROLE_TABLE",
+    "Daemon",
+    "NodeAddresses",
+    "RoleFacts",
+    "RoleSpec",
+    "prepare_database",
+    "role_spec",
+]

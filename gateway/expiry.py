@@ -73,8 +73,18 @@ class ExpiryWatch:
             self._compact_if_stale()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Close connections as their deadlines pass, until cancelled."""
+        """Close connections as their deadlines pass, until cancelled.
+
+        The deadlines live in this object, so a run started again after a failure
+        (the gateway supervises it) goes on with every watched connection.
+        """
         task_status.started()
+        try:
+            await self._close_when_due()
+        finally:
+            self._sleep = None
+
+    async def _close_when_due(self) -> None:
         while True:
             now = self._clock.now()
             while self._heap and self._heap[0][0] <= now:

@@ -6,7 +6,10 @@ id), so two people whose tokens carry the same device id never replace or
 close each other's connections. A device holds one connection: when a newer
 connection of the same device becomes live, the older ones close with 4017
 (and a connection that finds a newer live one of its device closes itself),
-so the device is reachable without a gap while the newer one catches up.
+so the device is reachable without a gap while the newer one catches up. In a
+cluster the same holds across nodes: the node told that a newer connection of
+the device is live elsewhere closes the older one here with 4017
+(:meth:`Hub.close_replaced`, :mod:`gateway.revocations`).
 
 Phases change only here (see :mod:`gateway.protocol` for the table), and every
 change moves ``bothy_gateway_connections{phase}``. Mutations run in the Trio
@@ -240,25 +243,34 @@ class Hub:
 
     def presence(self, user_ids: Collection[str]) -> Mapping[str, tuple[PresenceEntry, ...]]:
         """Presence facts of ``user_ids`` (see :class:`gateway.presence.HubPresence`)."""
-        out: dict[str, tuple[PresenceEntry, ...]] = {}
         with self._lock:
-            for user_id in user_ids:
-                group = self._by_user.get(user_id)
-                if not group:
-                    continue
-                per_device: dict[str, Connection] = {}
-                for conn in group:
-                    if not conn.human or conn.phase is not Phase.LIVE:
-                        continue
-                    seen = per_device.get(conn.device_id)
-                    if seen is None or conn.serial > seen.serial:
-                        per_device[conn.device_id] = conn
-                if per_device:
-                    out[user_id] = tuple(
-                        PresenceEntry(c.device_id, c.platform, c.focus, c.idle)
-                        for c in per_device.values()
-                    )
-        return out
+            return {
+                user_id: tuple(_entry(c) for c in counted)
+                for user_id in user_ids
+                if (counted := self._counted_locked(user_id))
+            }
+
+    def shared_presence(self, user_ids: Collection[str]) -> list[tuple[str, PresenceEntry, int]]:
+        """(person, entry, connection serial) of the connections :meth:`presence`
+        counts: what a cluster node publishes (the serial names the connection
+        when another node replaces it, :meth:`close_replaced`)."""
+        with self._lock:
+            return [
+                (user_id, _entry(c), c.serial)
+                for user_id in user_ids
+                for c in self._counted_locked(user_id)
+            ]
+
+    def _counted_locked(self, user_id: str) -> list[Connection]:
+        """The newest live human connection of each of the person's devices."""
+        per_device: dict[str, Connection] = {}
+        for conn in self._by_user.get(user_id, ()):
+            if not conn.human or conn.phase is not Phase.LIVE:
+                continue
+            seen = per_device.get(conn.device_id)
+            if seen is None or conn.serial > seen.serial:
+                per_device[conn.device_id] = conn
+        return list(per_device.values())
 
     def live_connections(self, user_id: str) -> list[Connection]:
         """The live connections of one person (any principal kind), oldest first."""
@@ -305,6 +317,17 @@ class Hub:
                 self._close_locked(conn, close)
         return len(group)
 
+    def close_replaced(self, user_id: str, device_id: str, serial: int) -> bool:
+        """Close the connection ``serial`` of one person's device with 4017: a newer
+        connection of the device is live on another node of the cluster. Returns
+        whether it was still here (a connection ended meanwhile is left alone)."""
+        with self._lock:
+            for conn in self._by_device.get((user_id, device_id), ()):
+                if conn.serial == serial:
+                    self._close_locked(conn, REPLACED)
+                    return True
+        return False
+
     def close_user(self, user_id: str, close: Close) -> int:
         """Close every identified connection of ``user_id``; returns how many."""
         with self._lock:
@@ -328,6 +351,10 @@ class Hub:
     def _wake(self) -> None:
         changed, self._changed = self._changed, trio.Event()
         changed.set()
+
+
+def _entry(conn: Connection) -> PresenceEntry:
+    return PresenceEntry(conn.device_id, conn.platform, conn.focus, conn.idle)
 
 
 def _drop(index: dict[Any, list[Connection]], key: object, conn: Connection) -> None:

@@ -14,10 +14,17 @@ every connection of that person with 4010 ``person deactivated`` (4010, not
 token would fetch a new one and be refused again; 4010 says the server
 refuses this identity, as HTTP answers 403).
 
+In a cluster (a ``node_id`` given) it also listens on
+:data:`~bothy_notify.store.cluster.REPLACED_CHANNEL`: a device whose older
+connection is here went live on another node, and that connection (named by
+node and serial) closes with 4017, as a second connection of a device does on
+one node. Notifications for other nodes are ignored.
+
 A notification sent while the listener was not connected is never delivered,
 so after every (re)connection the listener also asks the database which of the
-devices connected here are revoked, and which of the people connected here are
-inactive. A connection is indexed by person and device before its rows are
+devices connected here are revoked, which of the people connected here are
+inactive, and (in a cluster) which of the connections here another node holds
+a newer connection of. A connection is indexed by person and device before its rows are
 read at identify, so a revocation or deactivation committed in between is
 seen by one side or the other.
 """
@@ -28,10 +35,12 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 import trio
 
+from bothy_notify.store import cluster
 from bothy_notify.store.db import Conn, StoreError, connect_dedicated, translated
 from bothy_notify.store.projections import REVOKED_CHANNEL, USER_DEACTIVATED_CHANNEL
 from gateway import queries
@@ -54,11 +63,21 @@ class RevocationListener:
         hub: the connections to close.
         retry_interval: wait before reconnecting after a lost connection
             (``notify.poll_interval``).
+        node_id: this node's id in a cluster (``None``: a single node, no
+            replacement across nodes).
     """
 
-    def __init__(self, *, database_url: str, hub: Hub, retry_interval: timedelta) -> None:
+    def __init__(
+        self,
+        *,
+        database_url: str,
+        hub: Hub,
+        retry_interval: timedelta,
+        node_id: str | None = None,
+    ) -> None:
         self._url = database_url
         self._hub = hub
+        self._node_id = node_id
         self._retry = retry_interval.total_seconds()
         self._limiter = trio.CapacityLimiter(1)
 
@@ -79,6 +98,8 @@ class RevocationListener:
                 conn = await self._thread(connect_dedicated, self._url)
                 await self._thread(conn.execute, f"LISTEN {REVOKED_CHANNEL}")
                 await self._thread(conn.execute, f"LISTEN {USER_DEACTIVATED_CHANNEL}")
+                if self._node_id is not None:
+                    await self._thread(conn.execute, f"LISTEN {cluster.REPLACED_CHANNEL}")
                 if not started:
                     started = True
                     task_status.started()
@@ -90,6 +111,11 @@ class RevocationListener:
                 people = self._hub.user_ids()
                 for user_id in await self._thread(queries.inactive_among, conn, people):
                     self._hub.close_user(user_id, DEACTIVATED)
+                if self._node_id is not None:
+                    for user_id, device_id, serial in await self._thread(
+                        partial(cluster.replaced_here, conn, node_id=self._node_id)
+                    ):
+                        self._hub.close_replaced(user_id, device_id, serial)
                 while True:
                     for channel, payload in await self._thread(_wait_notifies, conn):
                         self._apply(channel, payload)
@@ -104,6 +130,10 @@ class RevocationListener:
     def _apply(self, channel: str, payload: str) -> None:
         if channel == USER_DEACTIVATED_CHANNEL:
             self._hub.close_user(payload, DEACTIVATED)
+        elif channel == cluster.REPLACED_CHANNEL:
+            replaced = replaced_connection(payload)
+            if replaced is not None and replaced[0] == self._node_id:
+                self._hub.close_replaced(*replaced[1:])
         elif (key := revoked_device(payload)) is not None:
             self._hub.close_device(*key, REVOKED)
 
@@ -123,6 +153,28 @@ def revoked_device(payload: str) -> tuple[str, str] | None:
         if isinstance(user_id, str) and isinstance(device_id, str):
             return user_id, device_id
     log.warning("a revocation notification without a person and device was ignored")
+    return None
+
+
+def replaced_connection(payload: str) -> tuple[str, str, str, int] | None:
+    """(node, person, device, serial) of a replacement notification; ``None`` (logged)
+    when the payload is not the JSON object ``{"node_id", "user_id", "device_id",
+    "serial"}``."""
+    try:
+        parsed = json.loads(payload)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        node, user, device = parsed.get("node_id"), parsed.get("user_id"), parsed.get("device_id")
+        serial = parsed.get("serial")
+        if (
+            isinstance(node, str)
+            and isinstance(user, str)
+            and isinstance(device, str)
+            and type(serial) is int
+        ):
+            return node, user, device, serial
+    log.warning("a replacement notification without a node, device and serial was ignored")
     return None
 
 

@@ -58,6 +58,8 @@ class Gateway:
             the database (``None``: a single node, nothing is shared).
         clock: the injected clock; tokens expire on it, and it stamps the shared
             presence rows of a cluster.
+        reuse_port: bind ``server.gateway_listen`` with ``SO_REUSEPORT``: one of
+            the node processes of ``server.processes`` sharing the port.
 
     Attributes:
         hub: the connections of this node.
@@ -76,9 +78,11 @@ class Gateway:
         database_url: str,
         node_id: str | None = None,
         clock: Clock | None = None,
+        reuse_port: bool = False,
     ) -> None:
         sync = config.sync
         self._listen = config.server.gateway_listen
+        self._reuse_port = reuse_port
         self._max_frame_bytes = sync.max_frame_bytes
         self._handshake_timeout = sync.identify_timeout.total_seconds()
         self.hub = Hub(
@@ -124,28 +128,34 @@ class Gateway:
             presence_published=self.shared.wait_published if self.shared else None,
         )
         self._revocations = RevocationListener(
-            database_url=database_url, hub=self.hub, retry_interval=config.notify.poll_interval
+            database_url=database_url,
+            hub=self.hub,
+            retry_interval=config.notify.poll_interval,
+            node_id=node_id,
         )
-        # Restarted with backoff should it ever fail, without taking the gateway down.
-        self._revocations_service = Supervised(
-            "revocations", self._revocations.run, metrics=metrics
-        )
+        # Each long-running task of the gateway is restarted with backoff should it ever
+        # fail, without taking the gateway (or the node) down; /readyz reports each.
+        self._services = [
+            Supervised("revocations", self._revocations.run, metrics=metrics),
+            Supervised("expiry", self._expiry.run, metrics=metrics),
+        ]
+        if self.shared is not None:
+            self._services.append(Supervised("presence", self.shared.run, metrics=metrics))
 
     def __repr__(self) -> str:
         return f"Gateway({self.hub!r})"
 
     async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen for revocations, then accept connections until cancelled.
+        """Listen for revocations, watch token expiry (and, in a cluster, publish
+        presence), then accept connections until cancelled.
 
-        ``task_status.started`` receives the bound ``host:port`` once both are
+        ``task_status.started`` receives the bound ``host:port`` once all are
         in effect. Cancellation cancels every connection (use
         :meth:`close_all` first for a graceful close).
         """
         async with trio.open_nursery() as nursery:
-            await nursery.start(self._revocations_service.run)
-            await nursery.start(self._expiry.run)
-            if self.shared is not None:
-                await nursery.start(self.shared.run)
+            for service in self._services:
+                await nursery.start(service.run)
             address: str = await nursery.start(
                 partial(
                     serve_websockets,
@@ -156,13 +166,15 @@ class Gateway:
                     handshake_timeout=self._handshake_timeout,
                     pending=self._pending,
                     on_dropped=self._dropped,
+                    reuse_port=self._reuse_port,
                 )
             )
             task_status.started(address)
 
     def readiness(self) -> Mapping[str, bool]:
-        """``/readyz`` checks of the gateway: its revocation listener is up."""
-        return {"revocations": self._revocations_service.up}
+        """``/readyz`` checks of the gateway: its revocation listener, its expiry watch
+        and (in a cluster) its presence publisher are up."""
+        return {service.name: service.up for service in self._services}
 
     async def close_all(self, code: int) -> None:
         """Close every connection with ``code`` (1001 at shutdown) and refuse new ones.
@@ -189,6 +201,7 @@ def build_gateway(
     verifier: TokenVerifier,
     database_url: str,
     node_id: str | None = None,
+    reuse_port: bool = False,
 ) -> Gateway:
     """The daemon's gateway factory (``bothy_notify.wiring.GatewayFactory``).
 
@@ -205,4 +218,5 @@ def build_gateway(
         database_url=database_url,
         node_id=node_id,
         clock=clock,
+        reuse_port=reuse_port,
     )

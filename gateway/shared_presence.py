@@ -6,10 +6,12 @@ background task writes batches: it wakes at the first change, waits until
 :data:`PUBLISH_INTERVAL` has passed since its previous write (so a burst of
 focus changes or a reconnect storm becomes one write), then, in a worker
 thread, reads the current entries of every noted person through
-:meth:`Hub.presence` (the same copy the local presence view makes, so exactly
-the facts of SPEC section 6) and replaces this node's rows of those people in
-``bothy.presence`` with one statement. No frame waits for the database and
-nothing is written per frame.
+:meth:`Hub.shared_presence` (the same copy the local presence view makes, so
+exactly the facts of SPEC section 6, with each connection's serial) and
+replaces this node's rows of those people in ``bothy.presence`` with one
+statement. No frame waits for the database and nothing is written per frame.
+The same statement tells the node of an older connection of a device that
+went live here to close it (4017; :func:`bothy_notify.store.cluster.publish_presence`).
 
 A session that needs its focus to be in effect on every node awaits
 :meth:`SharedPresencePublisher.wait_published` before it answers
@@ -35,7 +37,6 @@ import trio
 
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
-from bothy_notify.kernel.presence import PresenceEntry
 from bothy_notify.store import cluster
 from bothy_notify.store.db import Conn, Database, StoreError
 from gateway.hub import Hub
@@ -129,7 +130,12 @@ class SharedPresencePublisher:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Write batches until cancelled. A write in progress finishes first (never
         abandoned); changes not yet written are dropped with the node's rows by the
-        registry when it leaves."""
+        registry when it leaves.
+
+        Every run starts by writing every connection's presence: after a failure
+        (the gateway supervises this) the batch that failed is not lost.
+        """
+        self.publish_all()
         task_status.started()
         last_write = -PUBLISH_INTERVAL
         while True:
@@ -167,10 +173,7 @@ class SharedPresencePublisher:
     def _write(self, conn: Conn, *, people: Collection[str] | None) -> bool:
         """One batch: one statement (a worker thread). Blocking."""
         started = time.thread_time()
-        current = self._hub.presence(self._hub.user_ids() if people is None else people)
-        entries: list[tuple[str, PresenceEntry]] = [
-            (user, entry) for user, group in current.items() for entry in group
-        ]
+        entries = self._hub.shared_presence(self._hub.user_ids() if people is None else people)
         stored = cluster.publish_presence(
             conn, node_id=self._node_id, people=people, entries=entries, now=self._clock.now()
         )

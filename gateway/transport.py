@@ -41,6 +41,7 @@ from typing import Protocol
 import trio
 import trio_websocket
 
+from bothy_notify.kernel.sockets import open_shared_listener
 from gateway.errors import FrameTooLarge, TransportClosed
 from gateway.limits import Pending, PendingConnections
 
@@ -343,6 +344,7 @@ async def serve_websockets(
     handshake_timeout: float,
     pending: PendingConnections,
     on_dropped: Callable[[], None] = lambda: None,
+    reuse_port: bool = False,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Accept WebSocket connections on ``listen`` and run ``handler`` for each.
@@ -360,12 +362,19 @@ async def serve_websockets(
             :meth:`Transport.identified` (or the connection ends).
         on_dropped: called for each connection the limit evicts during the
             upgrade (it is dropped without a close frame).
+        reuse_port: bind with ``SO_REUSEPORT``: one of the node processes of
+            ``server.processes`` sharing the port
+            (:mod:`bothy_notify.kernel.sockets`).
 
     ``task_status.started`` receives the bound ``host:port`` once the socket
     listens. Cancellation stops accepting and cancels every connection.
     """
     host, port = split_listen(listen)
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    listeners: list[trio.SocketListener]
+    if reuse_port:
+        listeners = [open_shared_listener(listen)]
+    else:
+        listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
     serve_one = partial(
         _serve_one,

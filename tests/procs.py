@@ -36,7 +36,8 @@ from psycopg.conninfo import make_conninfo
 from tests.harness import BASE, _merge
 
 _RUNNING = re.compile(
-    r"bothy-notify running \(role (?P<role>\w+)\): API http://(?P<api>\S+?)"
+    r"bothy-notify running \(role (?P<role>\w+)(?:, (?P<processes>\d+) processes)?\):"
+    r" API http://(?P<api>\S+?)"
     r"(?:, gateway ws://(?P<gateway>\S+?)/v1/gateway)?$",
     re.MULTILINE,
 )
@@ -116,6 +117,7 @@ class DaemonProcess:
     Attributes:
         config_file: its configuration.
         log_file: where its standard output and error go (appended across restarts).
+        args: more arguments of ``run`` (``--processes 2``).
         api: ``host:port`` of its HTTP API once it serves.
         gateway: ``host:port`` of its gateway (``None`` without one).
         starts: how many times it was started.
@@ -124,6 +126,7 @@ class DaemonProcess:
     config_file: Path
     log_file: Path
     env: Mapping[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
     process: subprocess.Popen[bytes] | None = None
     api: str = ""
     gateway: str | None = None
@@ -151,6 +154,7 @@ class DaemonProcess:
                     "run",
                     "--config",
                     str(self.config_file),
+                    *self.args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

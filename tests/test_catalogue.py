@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from bothy_notify.cli import main
 from bothy_notify.config import ConfigError, NotifyConfig
@@ -294,3 +295,28 @@ async def test_new_decisions_carry_the_version_of_the_directory_at_their_round(
 
     assert installed != Catalogue.builtin().version
     assert [s.payload["mv"] for s in node.fake.sends] == [installed, Catalogue.builtin().version]
+
+
+async def test_an_idle_node_reports_a_kinds_file_that_becomes_invalid(
+    launch: Launch, tmp_path: Path
+) -> None:
+    # A worker serves no GET /v1/catalogue, and no event arrives: the node's own watch
+    # still takes the change in, so the metric an operator alerts on is true.
+    path = put(tmp_path, "acme/chat/kinds.toml", INVITE)
+    config = make_config(
+        server={"role": "worker"}, notify={"categories": ["social"], "kinds_dir": str(tmp_path)}
+    )
+    node = await launch(config=config)
+    good = node.daemon.catalogue
+    path.write_text(INVITE.replace("{count}", "{name}"), encoding="utf-8")
+    with trio.fail_after(15):
+        while (
+            "bothy_catalogue_invalid_files 1.0" not in (await node.request("GET", "/metrics")).text
+        ):
+            await trio.sleep(0.05)
+    assert node.daemon.catalogue == good
+    path.write_text(INVITE.replace("invitations", "invites"), encoding="utf-8")
+    with trio.fail_after(15):
+        while node.daemon.catalogue.get("acme/chat:invite") == good.get("acme/chat:invite"):
+            await trio.sleep(0.05)
+    assert "bothy_catalogue_invalid_files 0.0" in (await node.request("GET", "/metrics")).text

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import socket
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
@@ -255,6 +256,9 @@ def test_a_database_url_is_kept() -> None:
             "cluster.node_timeout: must be at least twice server.heartbeat",
         ),
         ('[cluster]\nnode_timeout = "20m"', "cluster.node_timeout: must be at most 10m"),
+        ("[server]\nprocesses = 0", "server.processes: must be at least 1"),
+        ("[server]\nprocesses = 257", "server.processes: must be at most 256"),
+        ('[server]\nprocesses = "2"', "server.processes: expected an integer"),
         ("server = 3", "server: "),
         ("not toml at all [", "not valid TOML"),
     ],
@@ -333,3 +337,47 @@ def test_check_config_checks_the_kind_catalogue(
     )
     assert main(["check-config", "--config", str(bad)]) == 2
     assert 'notify.kinds."social:poke".template' in capsys.readouterr().err
+
+
+def test_check_config_says_how_many_processes(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "n.toml"
+    config.write_text("[server]\nprocesses = 4\n")
+    assert main(["check-config", "--config", str(config)]) == 0
+    assert "role all, 4 processes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["0", "257"])
+def test_run_refuses_processes_out_of_range_before_anything_starts(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--processes", value]) == 2
+    assert "--processes: must be between 1 and 256" in capsys.readouterr().err
+
+
+def test_run_with_processes_reports_an_unreachable_database_in_one_line(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "n.toml"
+    config.write_text(
+        '[server]\napi_listen = "127.0.0.1:0"\ngateway_listen = "127.0.0.1:0"\nprocesses = 2\n'
+        '[database]\nurl = "postgresql://nobody@127.0.0.1:1/x"\n'
+    )
+    assert main(["run", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "bothy-notify: the database cannot be reached" in err
+    assert "nobody" not in err
+
+
+def test_run_with_processes_names_a_port_it_cannot_share(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:  # an ordinary listener: no SO_REUSEPORT
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "n.toml"
+        config.write_text(f'[server]\napi_listen = "127.0.0.1:{port}"\nprocesses = 2\n')
+        assert main(["run", "--config", str(config)]) == 1
+    assert f"server.api_listen: cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err

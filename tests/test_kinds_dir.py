@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from functools import partial
 from pathlib import Path
 
 import pytest
+import trio
 
 from bothy_notify.config import ConfigError
 from bothy_notify.kernel.metrics import Metrics
@@ -349,3 +351,31 @@ def test_a_symlinked_app_directory_takes_the_namespace_of_the_link(tmp_path: Pat
     (root / "acme").mkdir(parents=True)
     (root / "acme" / "chat").symlink_to(elsewhere, target_is_directory=True)
     assert codes(live(root).current()) == {"acme/chat:invite"}
+
+
+async def test_watching_takes_changes_in_and_reports_a_bad_file_without_anyone_asking(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    metrics = Metrics()
+    kinds = live(tmp_path, metrics)
+    with trio.fail_after(10), caplog.at_level(logging.INFO, logger="bothy.notify.catalogue"):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(kinds.watch, interval=0.02))
+            put(tmp_path, "acme/chat/kinds.toml", INVITE)
+            while codes(kinds.current()) != {"acme/chat:invite"}:
+                await trio.sleep(0.01)
+            good = kinds.current()
+
+            put(tmp_path, "acme/chat/kinds.toml", INVITE.replace("{count}", "{name}"))
+            while metrics.catalogue_invalid_files._value.get() != 1:
+                await trio.sleep(0.01)
+            assert kinds.current() == good
+            nursery.cancel_scope.cancel()
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.__dict__["file"] == "acme/chat/kinds.toml"
+
+
+async def test_watching_without_a_kinds_directory_returns_at_once() -> None:
+    kinds = LiveCatalogue(make_config().notify)
+    with trio.fail_after(5):
+        await kinds.watch(interval=0.01)

@@ -86,3 +86,13 @@ def test_third_party_debug_output_is_dropped_and_warnings_kept(restore_logging: 
         ("hypercorn.error", "peer went away: %s"),
         ("bothy.test", "ours at debug"),
     ]
+
+
+def test_a_node_process_writes_its_ordinal_in_every_line_of_both_formats() -> None:
+    own = record("bothy.runner", "jobs rescued")
+    third = record("httpx", "HTTP Request: %s", "GET")
+    for line in (JsonFormatter(process=2).format(own), JsonFormatter(process=2).format(third)):
+        assert json.loads(line)["process"] == 2
+    assert "process" not in json.loads(JsonFormatter().format(own))
+    assert TextFormatter(process=2).format(own).startswith("[2] warning")
+    assert TextFormatter().format(own).startswith("warning")

@@ -33,6 +33,7 @@ from bothy_notify.api import (
 )
 from bothy_notify.api.context import BODY_DEADLINE, ApiContext
 from bothy_notify.api.errors import ApiError, error_response, unavailable
+from bothy_notify.kernel.sockets import bind_shared
 from bothy_notify.store.db import StoreUnavailable
 
 log = logging.getLogger("bothy.api")
@@ -140,6 +141,7 @@ async def serve_api(
     shutdown: trio.Event,
     header_timeout: float = 5.0,
     drain_period: float = 5.0,
+    reuse_port: bool = False,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``listen`` until ``shutdown`` is set, then drain.
@@ -156,9 +158,13 @@ async def serve_api(
     refused), idle keep-alive connections close, and requests in flight get
     ``drain_period`` seconds (``server.drain_period``) to be answered before
     they are cancelled; this returns when the last one is done.
+
+    ``reuse_port`` binds with ``SO_REUSEPORT`` (one of the node processes of
+    ``server.processes`` sharing the port): the socket is bound here and handed
+    to Hypercorn as ``fd://``, which listens on it.
     """
     config = HypercornConfig()
-    config.bind = [listen]
+    config.bind = [f"fd://{bind_shared(listen).detach()}" if reuse_port else listen]
     config.accesslog = None
     config.errorlog = None
     config.graceful_timeout = drain_period

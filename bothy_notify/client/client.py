@@ -30,8 +30,8 @@ left. A count still higher after a completed pass (topics the daemon has and
 this client never recorded) is logged once and left alone. Errors: terminal
 ones set the state to failed and stop; NOT_FOUND clears the uploaded set,
 starts a pass and registers again; a topic limit drops the run's adds until
-the desired set changes; everything else backs off (60 s, doubling up to an
-hour).
+the desired set changes (other topics' adds go on); everything else backs
+off (60 s, doubling up to an hour).
 """
 
 from __future__ import annotations
@@ -178,12 +178,12 @@ class NotificationClient:
                 repairing=False,
                 pass_completed=False,
                 high_warned=False,
-                exhausted_digest=None,
                 topic_count=None,
                 channel=None,
                 expires_at=None,
             )
             self._store.clear_uploaded()
+            self._store.clear_held_back()
         identity = self._store.identity()
         if identity is None:
             return
@@ -221,11 +221,16 @@ class NotificationClient:
         """The task runner: a run at start, after every wake, when a deadline passes,
         and at least hourly; runs again at once while work remains.
 
+        The run at start happens whatever the deadlines say, so a change whose wake
+        was lost (the process ended between the app's commit and :meth:`wake`) is
+        sent now rather than at the hourly run; with nothing to send it makes no
+        call (the diff is local).
+
         Cancellation: a request in flight is abandoned (its effect is learnt on the
         next run; nothing local is half-written).
         """
         task_status.started()
-        more = False
+        more = True  # the run at start
         while True:
             wake = self._wake
             if wake.is_set():
@@ -265,7 +270,7 @@ class NotificationClient:
             keys=self._source.hmac_key,
             epoch=epoch_of(self._clock.now()),
             fingerprint=self._source.root_key_fingerprint(),
-            adds_allowed=settings.exhausted_digest != diff.digest(desired),
+            held_back=self._store.held_back(diff.digest(desired)),
         )
 
     def _desired(self, settings: Settings) -> dict[bytes, diff.Desired]:
@@ -306,14 +311,16 @@ class NotificationClient:
         try:
             state = await self._api.update_subscriptions(identity, plan.adds, plan.removes)
         except TopicLimitReached as exc:
+            # The run's adds wait until the desired set changes; other topics' adds
+            # (key refreshes, a repair pass's re-uploads) and the removes go on.
             desired = self._desired(settings)
             log.warning(
-                "the daemon's topic limit is reached; new topics wait for a change",
+                "the daemon's topic limit is reached; this run's adds wait for a change",
                 extra={"code": exc.code, "dropped": len(plan.adds)},
             )
             with self._store.transaction():
-                self._store.update(exhausted_digest=diff.digest(desired))
-            return RunResult("subscriptions", bool(plan.removes))
+                self._store.hold_back([a.topic for a in plan.adds], diff.digest(desired))
+            return RunResult("subscriptions", not self._plan().empty)
         except NotificationError as exc:
             self._failed_call(exc, settings)
             return RunResult("subscriptions", False)

@@ -17,12 +17,15 @@ ceil(desired / 1000) runs whatever a repair pass still has to re-send:
 3. re-uploads: a commit flag that differs from the rule, a key window that
    does not reach current + 1, keys from another root key;
 4. re-uploads of rows a repair pass marked stale.
+
+Topics whose adds a topic limit refused are held back (no add of any kind)
+until the desired set changes; every other topic's adds go on.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from bothy_notify.client.api import Subscription
@@ -123,23 +126,25 @@ def plan(
     keys: KeyLookup,
     epoch: int,
     fingerprint: str,
-    adds_allowed: bool = True,
+    held_back: Collection[bytes] = (),
     limit: int = MAX_PER_REQUEST,
 ) -> Plan:
-    """The next request (see the module docstring for what goes first)."""
+    """The next request (see the module docstring for what goes first); no add for a
+    topic in ``held_back``."""
     removes = [t for t in uploaded if t not in desired]
     missing: list[bytes] = []
     refresh: list[bytes] = []
     stale: list[bytes] = []
-    if adds_allowed:
-        for topic, want in desired.items():
-            row = uploaded.get(topic)
-            if row is None:
-                missing.append(topic)
-            elif want.conversation and _needs_refresh(row, rules, keys, epoch, fingerprint):
-                refresh.append(topic)
-            elif row.stale:
-                stale.append(topic)
+    for topic, want in desired.items():
+        if topic in held_back:
+            continue
+        row = uploaded.get(topic)
+        if row is None:
+            missing.append(topic)
+        elif want.conversation and _needs_refresh(row, rules, keys, epoch, fingerprint):
+            refresh.append(topic)
+        elif row.stale:
+            stale.append(topic)
     queue = removes + missing + refresh + stale
     chosen = queue[:limit]
     chosen_removes = tuple(t for t in chosen if t not in desired)

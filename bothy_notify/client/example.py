@@ -3,9 +3,9 @@
 Against a daemon in development mode (``make run`` serves the fake channel)::
 
     export BOTHY_URL=http://127.0.0.1:8700
-    export BOTHY_TOKEN=$(bothy-notify dev-token --config config/dev.toml \\
+    export BOTHY_TOKEN=$(.venv/bin/bothy-notify dev-token --config config/dev.toml \\
         --user bot --device bot-1 --platform linux)
-    python -m bothy_notify.client.example
+    .venv/bin/python -m bothy_notify.client.example
 
 The identity (recipient id and secret) lives in ``bot-notifications.db`` and is
 kept across runs, disable and enable.
@@ -61,7 +61,7 @@ async def main(api_url: str, token: str, db_path: str) -> NotificationState:
         state = client.state()
         assert state.recipient is not None
         print(f"subscribed topics: {state.recipient.topic_count}")
-        print(f"renew before: {state.recipient.expires_at.isoformat()}")
+        print(f"expires unless renewed: {state.recipient.expires_at.isoformat()}")
         return state
     finally:
         await api.aclose()

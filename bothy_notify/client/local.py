@@ -61,6 +61,11 @@ CREATE TABLE IF NOT EXISTS uploaded (
     fingerprint      TEXT,
     stale            INTEGER NOT NULL DEFAULT 0
 );
+-- The adds a topic limit refused (resource_exhausted), held back until the
+-- desired set changes (settings.exhausted_digest names the set they belong to).
+CREATE TABLE IF NOT EXISTS held_back (
+    topic  BLOB PRIMARY KEY
+);
 CREATE TABLE IF NOT EXISTS overrides (
     topic  BLOB PRIMARY KEY,
     value  TEXT NOT NULL CHECK (value IN ('enabled', 'disabled'))
@@ -250,6 +255,29 @@ class LocalStore:
             ],
         )
         self._db.executemany("DELETE FROM uploaded WHERE topic = ?", [(t,) for t in removes])
+
+    # ------------------------------------------------------------ held-back adds
+
+    def held_back(self, digest: str) -> frozenset[bytes]:
+        """The topics whose adds a topic limit refused while the desired set was the
+        one ``digest`` names; none once it has changed."""
+        if self.settings().exhausted_digest != digest:
+            return frozenset()
+        return frozenset(bytes(r[0]) for r in self._db.execute("SELECT topic FROM held_back"))
+
+    def hold_back(self, topics: Iterable[bytes], digest: str) -> None:
+        """Hold back ``topics`` (the adds of a refused run) until the desired set is no
+        longer the one ``digest`` names."""
+        if self.settings().exhausted_digest != digest:
+            self._db.execute("DELETE FROM held_back")
+        self._db.executemany(
+            "INSERT OR IGNORE INTO held_back (topic) VALUES (?)", [(t,) for t in topics]
+        )
+        self.update(exhausted_digest=digest)
+
+    def clear_held_back(self) -> None:
+        self._db.execute("DELETE FROM held_back")
+        self.update(exhausted_digest=None)
 
     def mark_all_stale(self) -> int:
         return self._db.execute("UPDATE uploaded SET stale = 1").rowcount

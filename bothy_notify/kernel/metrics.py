@@ -5,9 +5,25 @@ Each daemon instance owns one :class:`Metrics` with its own
 (tests) never share counters. Label values are closed sets (reasons,
 providers, outcomes, phases, job kinds): never a person, device, thread, token
 or URL.
+
+**Several node processes** (``server.processes > 1``): the parent gives every
+child the same directory in ``PROMETHEUS_MULTIPROC_DIR`` (read by
+``prometheus_client`` when it is imported), each child's values live in files
+there, and :meth:`Metrics.render` on any child answers for all of them
+(prometheus_client's multiprocess mode): counters and histograms are the sums
+over every process that ran, the processes that died and were restarted
+included (so they never go down); each gauge says how it combines
+(``multiprocess_mode``, ignored by a single process): connections add up over
+the live processes, ``bothy_consumer_holder`` is shown per live process with a
+``pid`` label, and gauges every process reads from the same database (lag,
+depth, nodes) show the value written last by a live process.
 """
 
 from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Final
 
 from prometheus_client import (
     CollectorRegistry,
@@ -17,6 +33,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.multiprocess import MultiProcessCollector
 
 # The *_created series double every counter's output and no dashboard reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -41,6 +58,14 @@ TOPIC_RECIPIENT_ACTIONS = ("registered", "unregistered", "expired", "dead")
 """Values of ``bothy_topic_recipients_total{action}``."""
 TOPIC_OUTCOMES = ("delivered", "failed", "rejected", "mismatch", "dead", "suppressed")
 """Values of ``bothy_topic_deliveries_total{outcome}``."""
+
+MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""The environment variable of prometheus_client's multiprocess mode (set by the
+parent of ``server.processes`` for its children)."""
+
+SHARED: Final = "livemostrecent"
+"""Gauges every process measures from the same database: the value written last
+by a live process (a single process ignores the mode)."""
 
 _DELIVERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600)
 
@@ -70,7 +95,11 @@ class Metrics:
             registry=r,
         )
         self.gateway_connections = Gauge(
-            "bothy_gateway_connections", "Gateway connections by phase.", ["phase"], registry=r
+            "bothy_gateway_connections",
+            "Gateway connections by phase.",
+            ["phase"],
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.gateway_dropped = Counter(
             "bothy_gateway_dropped",
@@ -107,7 +136,10 @@ class Metrics:
             "bothy_events_consumed", "Events the consumer round applied and decided.", registry=r
         )
         self.consumer_holder = Gauge(
-            "bothy_consumer_holder", "1 on the node holding the consumer round.", registry=r
+            "bothy_consumer_holder",
+            "1 on the node holding the consumer round.",
+            registry=r,
+            multiprocess_mode="liveall",
         )
         self.consumer_lock_attempts = Counter(
             "bothy_consumer_lock_attempts",
@@ -115,13 +147,17 @@ class Metrics:
             registry=r,
         )
         self.consumer_lag_events = Gauge(
-            "bothy_consumer_lag_events", "Events appended but not yet consumed.", registry=r
+            "bothy_consumer_lag_events",
+            "Events appended but not yet consumed.",
+            registry=r,
+            multiprocess_mode=SHARED,
         )
         self.consumer_blocked_seconds = Gauge(
             "bothy_consumer_blocked_seconds",
             "How long the round has waited for committed events behind an older running"
             " transaction (0 when not blocked).",
             registry=r,
+            multiprocess_mode=SHARED,
         )
         self.events_dead_lettered = Counter(
             "bothy_events_dead_lettered",
@@ -140,17 +176,21 @@ class Metrics:
             "bothy_consumer_lag_seconds",
             "Age of the oldest event not yet consumed (0 when caught up).",
             registry=r,
+            multiprocess_mode=SHARED,
         )
         self.jobs_depth = Gauge(
             "bothy_jobs_depth",
             "Jobs in the queue by kind and state.",
             ["kind", "state"],
             registry=r,
+            multiprocess_mode=SHARED,
         )
+        self._jobs_depth_seen: set[tuple[str, str]] = set()
         self.jobs_lag_seconds = Gauge(
             "bothy_jobs_lag_seconds",
             "How long the oldest due job has waited past its scheduled time.",
             registry=r,
+            multiprocess_mode=SHARED,
         )
         self.jobs_finished = Counter(
             "bothy_jobs_finished",
@@ -171,6 +211,7 @@ class Metrics:
             "Live nodes this node sees in the registry, by role (cluster.mode multi).",
             ["role"],
             registry=r,
+            multiprocess_mode=SHARED,
         )
         self.cluster_heartbeat_failures = Counter(
             "bothy_cluster_heartbeat_failures",
@@ -203,6 +244,7 @@ class Metrics:
             "bothy_catalogue_invalid_files",
             "Kinds files of notify.kinds_dir refused now (their app keeps its last good kinds).",
             registry=r,
+            multiprocess_mode=SHARED,
         )
 
         # Topic mode (docs/topics.md). Labels: channel in apns, fcm, webhook, fake.
@@ -244,10 +286,26 @@ class Metrics:
             if cause is not None:
                 self.registrations_invalidated.labels(cause).inc(amount)
 
+    def set_jobs_depth(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Set ``bothy_jobs_depth{kind,state}`` to ``counts``; a (kind, state) seen
+        before and absent now is set to 0 (rather than removed: in multiprocess
+        mode a removed child would keep its last value in the files)."""
+        for key in self._jobs_depth_seen - counts.keys():
+            self.jobs_depth.labels(*key).set(0)
+        for (kind, state), n in counts.items():
+            self.jobs_depth.labels(kind, state).set(n)
+        self._jobs_depth_seen |= counts.keys()
+
     def skipped(self, reason: str) -> float:
         """The current value of ``bothy_push_skipped_total{reason}`` (tests, demo)."""
         return float(self.push_skipped.labels(reason)._value.get())
 
     def render(self) -> bytes:
-        """The registry in the Prometheus text format."""
-        return generate_latest(self.registry)
+        """The registry in the Prometheus text format; in multiprocess mode (see the
+        module docstring) every process's values, combined."""
+        directory = os.environ.get(MULTIPROCESS_DIR_ENV)
+        if not directory:
+            return generate_latest(self.registry)
+        combined = CollectorRegistry()
+        MultiProcessCollector(combined, path=directory)  # type: ignore[no-untyped-call]
+        return generate_latest(combined)

@@ -137,13 +137,14 @@ _WINDOWS = (
     " JOIN bothy.hint_windows w ON w.user_id = k.user_id AND w.thread_id = k.thread_id"
 )
 # Rows of live nodes only; a device live on two nodes at once (it moved, and the
-# old connection has not timed out yet) counts once: the row written last wins.
+# older connection is not closed yet) counts once: its newest connection wins
+# (live_seq, the order in which the cluster learnt of the connections).
 _PRESENCE = (
     "SELECT p.user_id, p.device_id, p.platform, p.focus, p.idle, p.node_id::text"
     f" FROM {_KEYS} AS k(id) JOIN bothy.presence p ON p.user_id = k.id"
     " JOIN bothy.nodes n ON n.node_id = p.node_id"
     " WHERE n.seen_at >= %s"
-    " ORDER BY p.updated_at, p.node_id"
+    " ORDER BY p.live_seq, p.updated_at, p.node_id"
 )
 _LEVELS = {level.value: level for level in Level}
 

@@ -8,7 +8,18 @@ Tables (migration ``0009_cluster``, both UNLOGGED):
   *gone*, and any node's :func:`sweep` removes it.
 - ``bothy.presence``: the presence facts (SPEC section 6) of every live
   connection, one row per (person, device, node), written by the node that
-  holds the connection (:func:`publish_presence`).
+  holds the connection (:func:`publish_presence`), with two numbers that are
+  no fact of the person (migration ``0011_presence_replacement``): the
+  holding node's serial of the connection, and ``live_seq``, which orders the
+  connections of one device across nodes.
+
+A device holds one connection in a cluster as on one node (SPEC section 8.6):
+a presence write that finds a row of the same device on another node with a
+lower ``live_seq`` (an older connection, still open there) sends
+``pg_notify(REPLACED_CHANNEL, '{"node_id", "user_id", "device_id", "serial"}')``
+for it in the same statement, and that node closes exactly that connection
+with 4017 (:mod:`gateway.revocations`). A listener that was away asks
+:func:`replaced_here` instead.
 
 Times are the injected clock's, like the job queue's, so every node of a
 cluster must keep its clock in step (NTP) to well within
@@ -35,6 +46,8 @@ from bothy_notify.store.db import Conn
 
 NODE_GONE = "node_gone"
 """``last_error`` of a job that ended because the node it was for is gone."""
+REPLACED_CHANNEL = "bothy_device_replaced"
+"""``NOTIFY`` channel: a device's older connection on the named node is replaced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,27 +170,43 @@ def leave(conn: Conn, *, node_id: str, now: datetime) -> SweepResult:
     return SweepResult(nodes, presence, {str(k): int(n) for k, n in ended})
 
 
-PresenceRows = Sequence[tuple[str, PresenceEntry]]
-"""(person, entry) pairs of one node, at most one entry per (person, device)."""
+PresenceRows = Sequence[tuple[str, PresenceEntry, int]]
+"""(person, entry, connection serial) of one node, at most one per (person, device)."""
 
 
 _PUBLISH = (
     "WITH me AS (SELECT node_id FROM bothy.nodes WHERE node_id = %(node)s FOR SHARE),"
-    " fresh AS (SELECT r.u, r.d, r.p, ARRAY(SELECT jsonb_array_elements_text(r.f)) AS f, r.i"
-    "  FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(u text, d text, p text, f jsonb, i boolean)),"
+    " fresh AS (SELECT r.u, r.d, r.p, ARRAY(SELECT jsonb_array_elements_text(r.f)) AS f, r.i,"
+    "  r.s FROM jsonb_to_recordset(%(rows)s::jsonb)"
+    "  AS r(u text, d text, p text, f jsonb, i boolean, s bigint)),"
     " stale AS (DELETE FROM bothy.presence o USING me WHERE o.node_id = me.node_id"
     "  AND (%(everyone)s OR o.user_id = ANY(%(people)s))"
     "  AND NOT EXISTS (SELECT 1 FROM fresh WHERE fresh.u = o.user_id AND fresh.d = o.device_id)),"
-    " upsert AS (INSERT INTO bothy.presence"
-    "  (user_id, device_id, node_id, platform, focus, idle, updated_at)"
-    "  SELECT fresh.u, fresh.d, me.node_id, fresh.p, fresh.f, fresh.i, %(now)s FROM fresh, me"
+    " upsert AS (INSERT INTO bothy.presence AS o"
+    "  (user_id, device_id, node_id, platform, focus, idle, updated_at, conn_serial, live_seq)"
+    "  SELECT fresh.u, fresh.d, me.node_id, fresh.p, fresh.f, fresh.i, %(now)s, fresh.s,"
+    "   nextval('bothy.presence_live_seq') FROM fresh, me"
     "  ON CONFLICT (user_id, device_id, node_id) DO UPDATE SET platform = EXCLUDED.platform,"
-    "  focus = EXCLUDED.focus, idle = EXCLUDED.idle, updated_at = EXCLUDED.updated_at)"
-    " SELECT count(*) FROM me"
+    "  focus = EXCLUDED.focus, idle = EXCLUDED.idle, updated_at = EXCLUDED.updated_at,"
+    "  conn_serial = EXCLUDED.conn_serial, live_seq = CASE"
+    "   WHEN o.conn_serial = EXCLUDED.conn_serial THEN o.live_seq ELSE EXCLUDED.live_seq END"
+    "  RETURNING o.user_id, o.device_id, o.node_id, o.conn_serial, o.live_seq),"
+    # The older of each pair (this row, another node's row of the same device) is
+    # replaced; usually the other one, this node's own when the other was written
+    # later by a statement that could not see this row yet.
+    " replaced AS (SELECT pg_notify(%(channel)s, json_build_object("
+    "   'node_id', CASE WHEN w.live_seq < u.live_seq THEN w.node_id ELSE u.node_id END,"
+    "   'user_id', w.user_id, 'device_id', w.device_id,"
+    "   'serial', CASE WHEN w.live_seq < u.live_seq THEN w.conn_serial ELSE u.conn_serial END"
+    "  )::text) FROM upsert u JOIN bothy.presence w ON w.user_id = u.user_id"
+    "  AND w.device_id = u.device_id AND w.node_id <> u.node_id)"
+    " SELECT (SELECT count(*) FROM me), (SELECT count(*) FROM replaced)"
 )
 """One statement (one round trip, no transaction of its own): lock this node's
 registry row, delete its rows of the changed people that are no longer live,
-upsert the live ones. The delete and the upsert touch different rows."""
+upsert the live ones, and tell the holder of an older connection of the same
+device on another node to close it. The delete and the upsert touch different
+rows; the other nodes' rows are read as they were before the statement."""
 
 
 def publish_presence(
@@ -197,8 +226,15 @@ def publish_presence(
     """
     rows = orjson.dumps(
         [
-            {"u": user, "d": e.device_id, "p": e.platform, "f": sorted(e.focus), "i": e.idle}
-            for user, e in entries
+            {
+                "u": user,
+                "d": e.device_id,
+                "p": e.platform,
+                "f": sorted(e.focus),
+                "i": e.idle,
+                "s": serial,
+            }
+            for user, e, serial in entries
         ]
     ).decode()
     row = conn.execute(
@@ -209,13 +245,29 @@ def publish_presence(
             "everyone": people is None,
             "people": list(people or ()),
             "now": now,
+            "channel": REPLACED_CHANNEL,
         },
     ).fetchone()
     return bool(row and row[0])
 
 
+def replaced_here(conn: Conn, *, node_id: str) -> list[tuple[str, str, int]]:
+    """(person, device, connection serial) of this node's connections that another
+    node holds a newer connection of: what the notifications of
+    :data:`REPLACED_CHANNEL` said while this node was not listening."""
+    rows = conn.execute(
+        "SELECT o.user_id, o.device_id, o.conn_serial FROM bothy.presence o"
+        " WHERE o.node_id = %s AND EXISTS (SELECT 1 FROM bothy.presence n"
+        "  WHERE n.user_id = o.user_id AND n.device_id = o.device_id"
+        "  AND n.node_id <> o.node_id AND n.live_seq > o.live_seq)",
+        (node_id,),
+    ).fetchall()
+    return [(str(u), str(d), int(s)) for u, d, s in rows]
+
+
 __all__ = [
     "NODE_GONE",
+    "REPLACED_CHANNEL",
     "NodeRow",
     "PresenceRows",
     "SweepResult",
@@ -223,5 +275,6 @@ __all__ = [
     "leave",
     "live_nodes",
     "publish_presence",
+    "replaced_here",
     "sweep",
 ]

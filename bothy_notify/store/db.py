@@ -265,3 +265,23 @@ def connect_dedicated(url: str, *, autocommit: bool = True) -> Conn:
         return psycopg.connect(url, autocommit=autocommit, **CONNECT_PARAMETERS)
     except psycopg.OperationalError as exc:
         raise StoreUnavailable("the database cannot be reached") from exc
+
+
+def connection_limit(url: str) -> int:
+    """Connections the server at ``url`` lets ordinary roles open: ``max_connections``
+    minus those reserved for superusers. Blocking.
+
+    Raises:
+        StoreError: the database cannot be reached.
+    """
+    with translate_errors():
+        conn = connect_dedicated(url)
+        try:
+            row = conn.execute(
+                "SELECT current_setting('max_connections')::int"
+                " - current_setting('superuser_reserved_connections')::int"
+            ).fetchone()
+        finally:
+            conn.close()
+    assert row is not None
+    return int(row[0])

@@ -42,11 +42,15 @@ class EmbeddedPostgres:
         return str(self._server.get_uri())
 
     def stop(self) -> None:
-        """Stop the server if this process was the last one using it. Blocking."""
+        """Stop the server if this process was the last one using it (several nodes
+        may share one data directory, each attached to the same server). Blocking."""
         if self._server is not None:
             server, self._server = self._server, None
             server.cleanup()
-            log.info("embedded PostgreSQL server stopped")
+            if (self.data_dir / "postmaster.pid").exists():
+                log.info("embedded PostgreSQL server left running for the other processes using it")
+            else:
+                log.info("embedded PostgreSQL server stopped")
 
     def __repr__(self) -> str:
         return "EmbeddedPostgres()"

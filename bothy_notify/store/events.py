@@ -9,14 +9,15 @@ one is therefore never skipped, which a plain ``seq > cursor`` read would do.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
 import psycopg
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
 from bothy_notify.store.db import Conn, StoreError
@@ -49,6 +50,29 @@ class Cursor:
     seq: int
 
 
+def _max_decoded_bytes(
+    validator: Any, limit: int, instance: object, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    """``maxDecodedBytes``: the most bytes a standard base64 string decodes to.
+
+    Ours, not JSON Schema's; ``bothy.validate_json`` reads it the same way. It
+    judges only strings of the form the schema's ``pattern`` allows (the SQL
+    validator checks the pattern first and stops there).
+    """
+    if not isinstance(instance, str):
+        return
+    pattern = schema.get("pattern")
+    if pattern is not None and not re.search(pattern, instance):
+        return
+    decoded = len(instance) // 4 * 3 - (len(instance) - len(instance.rstrip("=")))
+    if decoded > limit:
+        yield ValidationError(f"decodes to more than {limit} bytes")
+
+
+_Validator = validators.extend(Draft202012Validator, {"maxDecodedBytes": _max_decoded_bytes})
+"""Draft 2020-12 with ``maxDecodedBytes`` (schemas/events/envelope.published.json)."""
+
+
 class EventValidator:
     """Validates events against ``schemas/events/*.json`` before they reach the database.
 
@@ -58,8 +82,7 @@ class EventValidator:
 
     def __init__(self, schemas: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self._validators = {
-            name: Draft202012Validator(schema)
-            for name, schema in (schemas or load_event_schemas()).items()
+            name: _Validator(schema) for name, schema in (schemas or load_event_schemas()).items()
         }
 
     @property
@@ -107,6 +130,7 @@ _PROBLEMS = {
     "pattern": "does not have the required form",
     "minLength": "too short",
     "maxLength": "too long",
+    "maxDecodedBytes": "too long",
     "minimum": "too small",
     "maximum": "too large",
     "minItems": "too few items",

@@ -29,7 +29,7 @@ async def publish(db: Database, clock: FakeClock, node_id: str, *entries: Presen
             c,
             node_id=node_id,
             people=["alex"],
-            entries=[("alex", e) for e in entries],
+            entries=[("alex", e, i) for i, e in enumerate(entries, 1)],
             now=clock.now(),
         )
     )
@@ -217,3 +217,43 @@ async def test_two_late_nodes_beating_at_once_both_stay_in_the_registry(
     await second.beat()
 
     assert {n.node_id for n in second.nodes} == {first.node_id, second.node_id}
+
+
+async def test_a_heartbeat_that_fails_with_a_bug_restarts_the_loop_not_the_node(
+    db: Database, clock: FakeClock
+) -> None:
+    metrics = Metrics()
+    node = registry(db, clock, "api", metrics)
+    failures: list[bool] = []
+
+    def broken_once() -> None:
+        if not failures:
+            failures.append(True)
+            raise RuntimeError("a bug in the rejoin callback")
+
+    node.on_rejoin = broken_once
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(node.run)
+            # Taken for gone: the next heartbeat joins again, and its callback raises.
+            await sql(db, "DELETE FROM bothy.nodes WHERE node_id = %s", (node.node_id,))
+            while not failures:
+                await trio.sleep(0.05)
+            while (
+                metrics.registry.get_sample_value(
+                    "bothy_service_restarts_total", {"service": "registry"}
+                )
+                != 1
+            ):
+                await trio.sleep(0.05)
+            beats = node.nodes
+            while node.nodes is beats:  # a heartbeat after the restart
+                await trio.sleep(0.05)
+            assert node.healthy()
+            rows = await sql(
+                db, "SELECT count(*) FROM bothy.nodes WHERE node_id = %s", (node.node_id,)
+            )
+            assert rows == [(1,)]
+            nursery.cancel_scope.cancel()
+    rows = await sql(db, "SELECT count(*) FROM bothy.nodes WHERE node_id = %s", (node.node_id,))
+    assert rows == [(0,)]  # it still left the registry at the end

@@ -4,7 +4,7 @@ batches, and a decision reads the union of the live nodes' facts in its group re
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 import trio
@@ -14,6 +14,7 @@ from bothy_notify.cluster import NodeRegistry
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceEntry
+from bothy_notify.kernel.supervise import Supervised
 from bothy_notify.notify import facts
 from bothy_notify.notify.facts import SharedPresence
 from bothy_notify.store import cluster
@@ -144,7 +145,11 @@ async def write(
 ) -> None:
     assert await db.run(
         lambda c: cluster.publish_presence(
-            c, node_id=node_id, people=[user], entries=[(user, e) for e in entries], now=clock.now()
+            c,
+            node_id=node_id,
+            people=[user],
+            entries=[(user, e, i) for i, e in enumerate(entries, 1)],
+            now=clock.now(),
         )
     )
 
@@ -235,3 +240,48 @@ async def test_without_shared_presence_the_group_read_reads_no_presence(
 
     assert group.presence == {} and group.holders == {}
     assert await sql(db, "SELECT count(*) FROM bothy.presence") == [(1,)]
+
+
+class ArmedClock:
+    """The node's clock, except that once armed its next reading fails: a stand-in
+    for any bug in a batch (the publisher reads the clock while it writes)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self._clock = clock
+        self.armed = False
+
+    def now(self) -> datetime:
+        if self.armed:
+            self.armed = False
+            raise RuntimeError("a batch broke")
+        return self._clock.now()
+
+    async def sleep_until(self, when: datetime) -> None:
+        await self._clock.sleep_until(when)
+
+
+async def test_a_batch_that_fails_with_a_bug_is_written_by_the_restarted_publisher(
+    db: Database, clock: FakeClock, nursery: trio.Nursery
+) -> None:
+    metrics = Metrics()
+    hub = Hub(metrics=metrics, outbound_queue_max=4)
+    reg = registry(db, clock, "api")
+    await reg.beat()
+    armed = ArmedClock(clock)
+    publisher = SharedPresencePublisher(
+        hub=hub, db=db, node_id=reg.node_id, clock=armed, metrics=metrics, wait_limit=10
+    )
+    supervised = Supervised("presence", publisher.run, metrics=metrics)
+    await nursery.start(supervised.run)
+    connect(hub, "alex", "alex-desktop")
+    await publisher.wait_published()
+
+    armed.armed = True
+    connect(hub, "sam", "sam-desktop")  # its batch fails, and the publisher with it
+    with trio.fail_after(10):
+        while supervised.restarts == 0:
+            await trio.sleep(0.02)
+        await publisher.wait_published()
+
+    assert sorted(r[1] for r in await presence_rows(db)) == ["alex-desktop", "sam-desktop"]
+    assert supervised.up

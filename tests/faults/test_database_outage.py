@@ -17,8 +17,8 @@ from tests.faults.conftest import DaemonFactory
 from tests.faults.world import (
     World,
     append,
+    closing_count,
     count_pushes,
-    dead_letter_count,
     register_phone,
     wait_settled,
 )
@@ -30,6 +30,8 @@ pytestmark = pytest.mark.slow
 OUTAGE = 10.0
 MESSAGES = 400
 RATE = 40.0
+CONCURRENCY = 64
+"""``jobs.concurrency``: the sends that may be in flight when the database goes."""
 
 
 async def produce_through_outage(url: str, world: World, count: int) -> int:
@@ -55,7 +57,9 @@ async def test_the_daemon_rides_out_a_database_outage(
     daemons: DaemonFactory, fault_db: str, pg_cluster: PgCluster
 ) -> None:
     world = World(people=[f"person-{i}" for i in range(3)], threads=["thread-0", "thread-1"])
-    node = await daemons("a", jobs={"lease": "2s"}, notify={"coalesce_window": "0s"})
+    node = await daemons(
+        "a", jobs={"lease": "2s", "concurrency": CONCURRENCY}, notify={"coalesce_window": "0s"}
+    )
     await append(fault_db, world.setup_events())
     tokens = set()
     async with httpx.AsyncClient(timeout=10) as http:
@@ -102,12 +106,11 @@ async def test_the_daemon_rides_out_a_database_outage(
             nursery.cancel_scope.cancel()
 
         await wait_settled(fault_db)
-        assert node.pid == pid and node.alive(), "the daemon restarted or died"
         assert node.starts == 1
     assert retries and retries[0] > 0, "the outage never reached the producer"
     expected = {(m, t) for m in world.sent for t in tokens}
     pushes = count_pushes(node.config_file.parent / "pushes.jsonl", expected)
-    print(f"outage={OUTAGE}s producer_retries={retries[0]} pushes={pushes}")
-    assert dead_letter_count(fault_db) == 0  # every event decided, none set aside
-    assert pushes.missing == 0
-    assert pushes.unexpected == 0
+    print(f"outage={OUTAGE}s producer_retries={retries[0]}")
+    # A send whose result could not be recorded when the database went runs again
+    # after its lease: at most the jobs in flight at that moment.
+    await closing_count(fault_db, node, pushes, pid=pid, duplicates_at_most=CONCURRENCY)

@@ -5,79 +5,36 @@ the log shows neither a traceback nor anything the input carried."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx
 import pytest
 import trio
 import trio_websocket
 
-from bothy_notify.auth import mint_token
+from tests.faults.conftest import DaemonFactory
+from tests.faults.world import closing_count, count_pushes, register_phone, wait_settled
 from tests.gateway.rawclient import RawClient
+from tests.harness import TEST_KEY, device_token, producer_token
 from tests.hostile.rawhttp import exchange, request_bytes, trickle
 from tests.hostile.tokens import malformed_device_tokens
 from tests.hostile.wsframes import client_frame
+from tests.procs import DaemonProcess
 
-KEY = "fault-test-hs256-key-0123456789abcdef"
-RUNNING = re.compile(r"API http://(\S+?), gateway ws://(\S+?)/v1/gateway")
-MARKERS = ("mallory", "alex", "t-secret", KEY)
+MARKERS = ("mallory", "alex", "t-secret", TEST_KEY)
 """What the hostile input and the test world carry; none of it may reach the log."""
-
-CONFIG = """
-[server]
-api_listen = "127.0.0.1:0"
-gateway_listen = "127.0.0.1:0"
-body_timeout = "500ms"
-header_timeout = "500ms"
-drain_period = "2s"
-[database]
-url = "env:BOTHY_TEST_DATABASE_URL"
-[auth]
-keys = [{ algorithm = "HS256", key = "env:BOTHY_TEST_KEY" }]
-[sync]
-identify_timeout = "2s"
-write_timeout = "1s"
-max_unidentified_connections = 40
-[notify]
-poll_interval = "50ms"
-coalesce_window = "0s"
-[push.fake]
-[log]
-level = "info"
-format = "json"
-"""
 
 
 def token(user: str, device: str, platform: str = "linux") -> str:
-    return mint_token(KEY, {"sub": user, "did": device, "plat": platform, "kind": "user"})
+    return device_token(user, device, platform)
 
 
-def spawn(database_url: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    config = tmp_path / "hostile.toml"
-    config.write_text(CONFIG)
-    log = tmp_path / "daemon.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "bothy_notify.cli", "run", "--config", str(config)],
-            env={**os.environ, "BOTHY_TEST_DATABASE_URL": database_url, "BOTHY_TEST_KEY": KEY},
-            stdout=sink,
-            stderr=sink,
-        )
-    return process, log
-
-
-async def addresses(process: subprocess.Popen[bytes], log: Path) -> tuple[str, str]:
-    """The API's and the gateway's ``host:port`` once the daemon says it runs."""
-    with trio.fail_after(30):
-        while not (found := RUNNING.search(await trio.Path(log).read_text(errors="replace"))):
-            assert process.poll() is None, await trio.Path(log).read_text(errors="replace")
-            await trio.sleep(0.02)
-    return found.group(1), found.group(2)
+async def start_hostile(daemons: DaemonFactory) -> DaemonProcess:
+    """A daemon with short HTTP timeouts and a small unidentified-connection cap."""
+    return await daemons(
+        "hostile",
+        server={"body_timeout": "500ms", "header_timeout": "500ms"},
+        sync={"identify_timeout": "2s", "write_timeout": "1s", "max_unidentified_connections": 40},
+    )
 
 
 async def live_desktop(
@@ -89,7 +46,7 @@ async def live_desktop(
     )
     await ws.get_message()  # hello
     await ws.send_message(
-        json.dumps({"op": "identify", "d": {"token": token(user, f"{user}-desktop", "macos")}})
+        json.dumps({"op": "identify", "d": {"token": token(user, f"{user}-desktop", "linux")}})
     )
     frames: list[dict[str, object]] = []
     while (frame := json.loads(await ws.get_message())).get("op") != "catchup.complete":
@@ -124,13 +81,14 @@ async def flood(gateway: str, count: int) -> None:
 
 @pytest.mark.slow
 async def test_a_real_daemon_answers_hostile_input_and_keeps_serving(
-    database_url: str, tmp_path: Path, nursery: trio.Nursery
+    daemons: DaemonFactory, fault_db: str, nursery: trio.Nursery
 ) -> None:
-    process, log = spawn(database_url, tmp_path)
+    node = await start_hostile(daemons)
+    pid = node.pid
+    api, gateway = node.api, node.gateway
+    assert gateway is not None
     try:
-        api, gateway = await addresses(process, log)
-        async with httpx.AsyncClient(base_url=f"http://{api}", timeout=10) as http:
-            producer = mint_token(KEY, {"sub": "backend", "scope": "events:write"})
+        async with httpx.AsyncClient(base_url=node.api_url, timeout=10) as http:
             events = [
                 {
                     "type": "user.upserted",
@@ -143,10 +101,11 @@ async def test_a_real_daemon_answers_hostile_input_and_keeps_serving(
                     "payload": {"user_id": "alex", "thread_id": "t-secret", "level": "all"},
                 },
             ]
-            headers = {"authorization": f"Bearer {producer}"}
+            headers = {"authorization": f"Bearer {producer_token()}"}
             assert (
                 await http.post("/v1/events", json={"events": events}, headers=headers)
             ).status_code == 200
+            await register_phone(http, api, "alex")
             alex, _ = await live_desktop(nursery, gateway, "alex")
 
             # HTTP: every malformed token, a trickled body, two Authorization headers.
@@ -208,15 +167,17 @@ async def test_a_real_daemon_answers_hostile_input_and_keeps_serving(
             with trio.fail_after(15):
                 while json.loads(await alex.get_message()).get("type") != "notification.created":
                     pass
-            assert (await http.get("/readyz")).status_code == 200
             await alex.aclose()
-        assert process.poll() is None
+            await wait_settled(fault_db)
+        # Every event decided, the phone's one push recorded once, the same process ready.
+        pushes = count_pushes(
+            node.config_file.parent / "pushes.jsonl", {("m1", "phone-token-alex")}
+        )
+        await closing_count(fault_db, node, pushes, pid=pid)
     finally:
-        process.send_signal(signal.SIGTERM)
-        with trio.fail_after(30):
-            code = await trio.to_thread.run_sync(process.wait)
+        code = await node.stop()
     assert code == 0
-    text = await trio.Path(log).read_text(errors="replace")
+    text = node.log_text()
     assert "Traceback" not in text
     for marker in MARKERS:
         assert marker not in text, marker

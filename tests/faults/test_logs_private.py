@@ -11,6 +11,7 @@ Then nothing any of them wrote may contain the marker or a secret.
 from __future__ import annotations
 
 import base64
+import sys
 from pathlib import Path
 
 import httpx
@@ -20,7 +21,7 @@ import trustme
 
 from bothy_notify.auth import mint_token
 from tests.faults.conftest import DaemonFactory
-from tests.faults.world import append, wait_settled
+from tests.faults.world import append, closing_count, count_pushes, wait_settled
 from tests.gateway.client import GatewayClient, identify
 from tests.harness import TEST_KEY, device_token, producer_token
 from tests.procs import DaemonProcess, write_config
@@ -34,6 +35,22 @@ PHONE, DESK, HOOK = f"phone-{MARK}", f"desk-{MARK}", f"hook-{MARK}"
 THREAD, SPACE = f"thread-{MARK}", f"space-{MARK}"
 PHONE_TOKEN = f"token-{MARK}-0123456789"
 DB_PASSWORD = f"pw-{MARK}-secret"
+
+CRASH = f"""
+import psycopg
+from bothy_notify.config import structure_config
+from bothy_notify.logs import setup_logging
+
+setup_logging(structure_config({{"log": {{"level": "debug", "format": "json"}}}}, env={{}}).log)
+try:
+    psycopg.connect(
+        "postgresql://user-{MARK}:{DB_PASSWORD}@127.0.0.1:9/db-{MARK}", connect_timeout=5
+    )
+except psycopg.Error as exc:
+    raise RuntimeError("could not send {PHONE_TOKEN} for {PERSON}") from exc
+"""
+"""A process that crashes with an error quoting a token and a person, caused by a
+driver error about a URL with a password, logging as the daemon does."""
 
 
 async def test_a_full_scenario_logs_no_ids_tokens_urls_or_secrets(
@@ -165,7 +182,10 @@ async def test_a_full_scenario_logs_no_ids_tokens_urls_or_secrets(
             await node.crash()
             await node.start()
             await wait_settled(fault_db)
-            assert (await http.get(f"{node.api_url}/readyz")).status_code == 200
+        # Every event decided but the planted poison one, the phone's pushes recorded once.
+        expected = {(f"message-{MARK}-{n}", PHONE_TOKEN) for n in range(1, 4)}
+        pushes = count_pushes(node.config_file.parent / "pushes.jsonl", expected)
+        await closing_count(fault_db, node, pushes, pid=node.pid, dead_letters=1)
         assert await node.stop() == 0
         nursery.cancel_scope.cancel()
 
@@ -178,7 +198,19 @@ async def test_a_full_scenario_logs_no_ids_tokens_urls_or_secrets(
     )
     with pytest.raises(AssertionError, match="exited with"):
         await crashed.start(timeout=60)
-    assert "bothy.crash" in crashed.log_text() or "cannot be reached" in crashed.log_text()
+    assert "the database cannot be reached" in crashed.log_text()
+
+    # A crash: an error that escapes everything, raised with marked values and chained
+    # from a driver error, in a process logging through the daemon's own setup.
+    crash_log = tmp_path / "traceback.log"
+    done = await trio.run_process(
+        [sys.executable, "-c", CRASH], capture_stdout=True, capture_stderr=True, check=False
+    )
+    crash_log.write_bytes(done.stdout + done.stderr)
+    crash = crash_log.read_text(errors="replace")
+    assert done.returncode == 1, crash
+    assert '"logger": "bothy.crash"' in crash and '"RuntimeError"' in crash, crash
+    assert '"traceback": [' in crash, crash
 
     secrets = (
         MARK,
@@ -191,13 +223,14 @@ async def test_a_full_scenario_logs_no_ids_tokens_urls_or_secrets(
         DB_PASSWORD,
         hook_url,
     )
-    for log in (node, crashed):
-        text = log.log_text()
+    for name, text in (
+        (node.log_file.name, node.log_text()),
+        (crashed.log_file.name, crashed.log_text()),
+        (crash_log.name, crash),
+    ):
         assert text.strip(), "nothing was logged"
         for secret in secrets:
-            assert secret not in text, (
-                f"{log.log_file.name} holds a value it must not: {_around(text, secret)}"
-            )
+            assert secret not in text, f"{name} holds a value it must not: {_around(text, secret)}"
 
 
 def _add_future_type(url: str) -> None:

@@ -7,10 +7,13 @@ does not know. The daemon, a real ``bothy-notify run`` process, must decide the
 other 999 events exactly (every phone push recorded once), set the poison one
 aside where ``bothy-notify events dead-letters`` shows it, count it in
 ``bothy_events_dead_lettered_total``, and keep running in the same process.
+``bothy-notify events retry`` then keeps it (the running code still does not
+know its type), and replays a second one once its payload is fixed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,7 +25,15 @@ import pytest
 import trio
 
 from tests.faults.conftest import DaemonFactory
-from tests.faults.world import World, append, count_pushes, register_phone, wait_settled
+from tests.faults.world import (
+    World,
+    append,
+    closing_count,
+    count_pushes,
+    register_phone,
+    wait_finished,
+    wait_settled,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -39,10 +50,10 @@ def add_future_type(url: str) -> None:
         )
 
 
-def dead_letters(config_file: Path) -> str:
-    """``bothy-notify events dead-letters``, as an operator runs it."""
-    command = [sys.executable, "-m", "bothy_notify.cli", "events", "dead-letters"]
-    done = subprocess.run(
+def events_command(config_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``bothy-notify events ...``, as an operator runs it."""
+    command = [sys.executable, "-m", "bothy_notify.cli", "events", *args]
+    return subprocess.run(
         [*command, "--config", str(config_file)],
         capture_output=True,
         text=True,
@@ -50,8 +61,31 @@ def dead_letters(config_file: Path) -> str:
         env=dict(os.environ),
         check=False,
     )
+
+
+def dead_letters(config_file: Path) -> str:
+    """``bothy-notify events dead-letters``; its table."""
+    done = events_command(config_file, "dead-letters")
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def insert_around_validation(url: str, event_type: str, payload: str) -> int:
+    """A row written straight into ``bothy.events``, past ``bothy.append_event``'s
+    schema check (a producer bug, a hand-made fix gone wrong); its seq."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "INSERT INTO bothy.events (type, payload) VALUES (%s, %s::jsonb) RETURNING seq",
+            (event_type, payload),
+        ).fetchone()
+        conn.execute("NOTIFY bothy_events")
+    assert row is not None
+    return int(row[0])
+
+
+def fix_payload(url: str, seq: int, payload: str) -> None:
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE bothy.events SET payload = %s::jsonb WHERE seq = %s", (payload, seq))
 
 
 def dead_lettered_total(metrics: str) -> float:
@@ -95,6 +129,28 @@ async def test_a_poison_event_among_a_thousand_is_set_aside_and_the_rest_decided
 
     expected = {(m, t) for m in world.sent for t in tokens}
     pushes = count_pushes(node.config_file.parent / "pushes.jsonl", expected)
-    print(f"events={appended} good={GOOD} pushes={pushes}")
+    print(f"events={appended} good={GOOD}")
     assert len(world.sent) == GOOD
-    assert pushes.missing == 0 and pushes.unexpected == 0 and pushes.duplicates == 0
+    await closing_count(fault_db, node, pushes, pid=pid, dead_letters=1)
+
+    # The operator retries: the unknown type fails again and is kept.
+    again = events_command(node.config_file, "retry", "--all")
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "failed again: UnknownEventType" in again.stdout, again.stdout
+
+    # A message whose payload cannot be applied, fixed by hand, then replayed.
+    broken = world.message(GOOD)
+    seq = await trio.to_thread.run_sync(
+        insert_around_validation, fault_db, broken[0], json.dumps({**broken[1], "thread_seq": "x"})
+    )
+    await wait_settled(fault_db)
+    assert "2 dead letter(s)" in dead_letters(node.config_file)
+    await trio.to_thread.run_sync(fix_payload, fault_db, seq, json.dumps(broken[1]))
+    replayed = events_command(node.config_file, "retry", "--seq", str(seq))
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert f"seq {seq} (message.created): replayed" in replayed.stdout, replayed.stdout
+    await wait_finished(fault_db)
+
+    expected = {(m, t) for m in world.sent for t in tokens}
+    pushes = count_pushes(node.config_file.parent / "pushes.jsonl", expected)
+    await closing_count(fault_db, node, pushes, pid=pid, dead_letters=1)

@@ -39,3 +39,17 @@ async def test_a_killed_daemon_restarts_on_its_ports(daemons: DaemonFactory) -> 
         )
     assert second[0] > first[0]
     assert await node.stop() == 0
+
+
+@pytest.mark.parametrize("key", ["api_listen", "gateway_listen"])
+async def test_an_address_in_use_stops_the_daemon_with_one_line_naming_the_key(
+    daemons: DaemonFactory, key: str
+) -> None:
+    node = await daemons("a")
+    taken = node.api if key == "api_listen" else node.gateway
+    with pytest.raises(AssertionError, match="exited with 2"):
+        await daemons("b", server={key: taken})
+    text = (node.log_file.parent / "b.log").read_text()
+    assert f"bothy-notify: server.{key}: cannot listen on {taken} (" in text, text
+    assert "bothy.crash" not in text and "Traceback" not in text, text
+    assert node.alive()

@@ -33,7 +33,16 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.faults.conftest import DaemonFactory
-from tests.faults.world import World, append, register_phone, wait_finished, wait_settled
+from tests.faults.world import (
+    PushCount,
+    World,
+    append,
+    closing_count,
+    compare_pushes,
+    register_phone,
+    wait_finished,
+    wait_settled,
+)
 from tests.harness import device_token
 from tests.procs import DaemonProcess, read_fake_records
 from tests.push.fake_apns import Answer, FakeApns
@@ -43,6 +52,8 @@ pytestmark = pytest.mark.slow
 
 KEY_ID, TEAM_ID, TOPIC = "KEY123ABCD", "TEAM12345X", "com.example.chat"
 APNS_PEOPLE = 20
+IN_FLIGHT = 4
+"""``push.max_in_flight`` of the stall test: the APNs permits a stall can hold."""
 
 
 def apns_token(person: str) -> str:
@@ -131,8 +142,32 @@ def sends(metrics: str, provider: str, outcome: str) -> float:
     )
 
 
+async def apns_sends(http: httpx.AsyncClient, node: DaemonProcess, outcome: str) -> float:
+    return sends((await http.get(f"{node.api_url}/metrics")).text, "apns", outcome)
+
+
 def apns_requests_for(fake: FakeApns, message_id: str) -> set[str]:
     return {r.device_token for r in fake.requests if r.body.get("message_id") == message_id}
+
+
+def delivered(fake: FakeApns, records: Path | None = None) -> list[tuple[str, str]]:
+    """(message id, token) of every push APNs answered 200 to and, given its record
+    file, every push the fake provider delivered."""
+    pairs = [((r.body or {}).get("message_id", ""), r.device_token) for r in fake.delivered()]
+    if records is not None:
+        pairs += [
+            (r["payload"].get("message_id", ""), r["token"])
+            for r in read_fake_records(records)
+            if r.get("outcome") == "delivered"
+        ]
+    return pairs
+
+
+def pushes_recorded(
+    expected: set[tuple[str, str]], fake: FakeApns, records: Path | None = None
+) -> PushCount:
+    """What the providers delivered against ``expected`` (message id, token) pairs."""
+    return compare_pushes(delivered(fake, records), expected)
 
 
 async def fake_pushes_keep_flowing(url: str, other: World, records: Path) -> None:
@@ -154,6 +189,7 @@ async def test_an_apns_outage_invalidates_nobody_and_pushes_resume(
 ) -> None:
     fake, pem = fake_apns
     node = await start_daemon(daemons, fake, pem, ca[1])
+    pid = node.pid
     world = World(people=[f"person-{i}" for i in range(APNS_PEOPLE)], threads=["thread-0"])
     await append(fault_db, world.setup_events())
     async with httpx.AsyncClient(timeout=10) as http:
@@ -173,6 +209,9 @@ async def test_an_apns_outage_invalidates_nobody_and_pushes_resume(
         await wait_finished(fault_db, timeout=60)
     assert apns_requests_for(fake, "msg-5") == {apns_token(p) for p in world.people}
     assert await trio.to_thread.run_sync(invalidated, fault_db) == 0
+    # Only the push after the outage reached the phones, each once.
+    expected = {("msg-5", apns_token(p)) for p in world.people}
+    await closing_count(fault_db, node, pushes_recorded(expected, fake), pid=pid)
 
 
 async def test_a_stalled_apns_is_bounded_and_holds_only_its_own_permits(
@@ -182,7 +221,8 @@ async def test_a_stalled_apns_is_bounded_and_holds_only_its_own_permits(
     ca: tuple[trustme.CA, Path],
 ) -> None:
     fake, pem = fake_apns
-    node = await start_daemon(daemons, fake, pem, ca[1], push={"max_in_flight": 4})
+    node = await start_daemon(daemons, fake, pem, ca[1], push={"max_in_flight": IN_FLIGHT})
+    pid = node.pid
     apple = World(people=[f"apple-{i}" for i in range(8)], threads=["thread-a"])
     other = World(people=[f"other-{i}" for i in range(3)], threads=["thread-b"])
     await append(fault_db, apple.setup_events() + other.setup_events())
@@ -198,7 +238,7 @@ async def test_a_stalled_apns_is_bounded_and_holds_only_its_own_permits(
         stalled_at = trio.current_time()
         await append(fault_db, [apple.message(100)])  # msg-100: apart from other's
         with trio.fail_after(10):
-            while fake.count < 4:  # every APNs permit is held by a stalled request
+            while fake.count < IN_FLIGHT:  # every APNs permit is held by a stalled request
                 await trio.sleep(0.05)
         # Meanwhile the other channel delivers at once, message after message.
         await fake_pushes_keep_flowing(fault_db, other, records)
@@ -206,12 +246,24 @@ async def test_a_stalled_apns_is_bounded_and_holds_only_its_own_permits(
 
         # Every stalled request ends within its bound (10 s) as a transient attempt.
         with trio.fail_after(30):
-            while sends((await http.get(f"{node.api_url}/metrics")).text, "apns", "transient") < 4:
+            while await apns_sends(http, node, "transient") < IN_FLIGHT:
                 await trio.sleep(0.2)
         fake.resume()
         await wait_finished(fault_db, timeout=60)
     assert apns_requests_for(fake, "msg-100") == {apns_token(p) for p in apple.people}
     assert await trio.to_thread.run_sync(invalidated, fault_db) == 0
+    expected = {("msg-100", apns_token(p)) for p in apple.people} | {
+        (f"msg-{n}", f"phone-token-{p}") for n in range(5) for p in other.people
+    }
+    # A request held past its bound and answered when the stall ends reaches the
+    # phone as well as the retry: at most one per APNs permit.
+    await closing_count(
+        fault_db,
+        node,
+        pushes_recorded(expected, fake, records),
+        pid=pid,
+        duplicates_at_most=IN_FLIGHT,
+    )
 
 
 async def test_a_webhook_host_that_never_answers_holds_only_webhook_permits(
@@ -225,6 +277,7 @@ async def test_a_webhook_host_that_never_answers_holds_only_webhook_permits(
     receiver = WebhookReceiver(ca[0], hosts=("localhost",))
     await nursery.start(receiver.serve)
     node = await start_daemon(daemons, fake, pem, ca[1], push={"max_in_flight": 2})
+    pid = node.pid
     hooked = World(people=[f"server-{i}" for i in range(6)], threads=["thread-h"])
     other = World(people=[f"other-{i}" for i in range(3)], threads=["thread-b"])
     await append(fault_db, hooked.setup_events() + other.setup_events())
@@ -251,3 +304,8 @@ async def test_a_webhook_host_that_never_answers_holds_only_webhook_permits(
         await fake_pushes_keep_flowing(fault_db, other, records)
         assert trio.current_time() - started < 10, "fake pushes waited for the webhook host"
     assert len(read_fake_records(records)) == 5 * len(other.people)
+    # Every other push arrived once; the silent host received nothing.
+    expected = {(f"msg-{n}", f"phone-token-{p}") for n in range(5) for p in other.people}
+    hooks = [(d.body.get("message_id", ""), d.path) for d in receiver.deliveries]
+    pushes = compare_pushes([*hooks, *delivered(fake, records)], expected)
+    await closing_count(fault_db, node, pushes, pid=pid)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ import psycopg
 import trio
 
 from tests.harness import device_token
-from tests.procs import read_fake_records
+from tests.procs import DaemonProcess, read_fake_records
 
 Event = tuple[str, dict[str, Any]]
 
@@ -172,14 +172,89 @@ class PushCount:
 
 def count_pushes(record_file: Path, expected: set[tuple[str, str]]) -> PushCount:
     """Compare the fake provider's records with the expected (message id, token) pairs."""
-    seen = Counter(
-        (r["payload"].get("message_id", ""), r["token"])
-        for r in read_fake_records(record_file)
-        if r.get("outcome") == "delivered"
+    return compare_pushes(
+        (
+            (r["payload"].get("message_id", ""), r["token"])
+            for r in read_fake_records(record_file)
+            if r.get("outcome") == "delivered"
+        ),
+        expected,
     )
+
+
+def compare_pushes(
+    delivered: Iterable[tuple[str, str]], expected: set[tuple[str, str]]
+) -> PushCount:
+    """Compare what a provider delivered, (message id, token) per push, with ``expected``."""
+    seen = Counter(delivered)
     return PushCount(
         expected=len(expected),
         missing=len(expected - set(seen)),
         duplicates=sum(n - 1 for n in seen.values()),
         unexpected=len(set(seen) - expected),
     )
+
+
+@dataclass(frozen=True)
+class Account:
+    """What became of the events appended: decided, set aside, or still waiting."""
+
+    appended: int
+    decided: int
+    dead_lettered: int
+    behind: int
+
+
+def account(url: str) -> Account:
+    """Count the events appended, those the round consumed (decided or dead-lettered),
+    and those still behind the cursor (blocking)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM bothy.events),"
+            " (SELECT count(*) FROM bothy.events e, bothy.consumer_cursor c"
+            "   WHERE c.name = 'notify' AND (e.xid, e.seq) <= (c.xid, c.seq)),"
+            " (SELECT count(*) FROM bothy.dead_letters),"
+            " (SELECT count(*) FROM bothy.events e, bothy.consumer_cursor c"
+            "   WHERE c.name = 'notify' AND (e.xid, e.seq) > (c.xid, c.seq))"
+        ).fetchone()
+    assert row is not None
+    appended, consumed, dead, behind = (int(v) for v in row)
+    return Account(appended, consumed - dead, dead, behind)
+
+
+async def closing_count(
+    url: str,
+    node: DaemonProcess,
+    pushes: PushCount,
+    *,
+    pid: int,
+    dead_letters: int = 0,
+    duplicates_at_most: int = 0,
+) -> Account:
+    """How every fault test ends: count, then check the daemon.
+
+    - events: every appended event was decided, apart from ``dead_letters``
+      planted poison events (set aside, exactly that many), and none waits behind
+      the cursor;
+    - pushes: none of ``pushes.expected`` missing, none unexpected, duplicates at
+      most ``duplicates_at_most`` (what at-least-once delivery allows the test's
+      faults);
+    - the daemon: the same process (``pid``) still runs and ``/readyz`` is 200
+      with every check true.
+
+    Returns the account; prints one line with the figures (for the docs' table).
+    """
+    counted = await trio.to_thread.run_sync(account, url)
+    async with httpx.AsyncClient(timeout=10) as http:
+        ready = await http.get(f"{node.api_url}/readyz")
+    print(f"closing count: {counted} {pushes} readyz={ready.status_code}")
+    assert counted.behind == 0, counted
+    assert counted.dead_lettered == dead_letters, counted
+    assert counted.appended == counted.decided + counted.dead_lettered, counted
+    assert pushes.missing == 0, pushes
+    assert pushes.unexpected == 0, pushes
+    assert pushes.duplicates <= duplicates_at_most, pushes
+    assert node.alive() and node.pid == pid, "the daemon died or was restarted"
+    assert ready.status_code == 200, ready.text
+    assert all(check is True for check in ready.json()["checks"].values()), ready.text
+    return counted

@@ -5,13 +5,21 @@ the same identity first."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import trio
 
 from bothy_notify.auth import mint_token
 from bothy_notify.kernel.clock import FakeClock
-from gateway.service import build_gateway
-from tests.gateway.client import GatewayClient, gateway_address, gateway_of, identify, wait_until
+from gateway.service import Gateway, build_gateway
+from tests.gateway.client import (
+    GatewayClient,
+    gateway_address,
+    gateway_of,
+    gauge,
+    identify,
+    wait_until,
+)
 from tests.harness import TEST_KEY, Launch, Node, device_token, make_config
 
 EXPIRED = (4001, "token expired")
@@ -146,6 +154,54 @@ async def test_other_connections_outlive_one_that_expired(
     node, now = await node_at_now(launch)
     short = await live(nursery, node, token(60, now=now))
     other = await live(nursery, node, device_token("sam", "sam-desktop", "macos"))
+
+    node.clock.advance(60 + LEEWAY)
+
+    assert await short.wait_closed() == EXPIRED
+    assert await still_open(other)
+
+
+class FailsOnce:
+    """The node's clock, except that the first wait asked of it fails: a stand-in
+    for any bug in the expiry watch's loop."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self._clock = clock
+        self.failures = 0
+
+    def now(self) -> datetime:
+        return self._clock.now()
+
+    async def sleep_until(self, when: datetime) -> None:
+        if self.failures == 0:
+            self.failures += 1
+            raise RuntimeError("the expiry watch broke")
+        await self._clock.sleep_until(when)
+
+
+async def test_a_failing_expiry_watch_is_restarted_and_still_closes_on_time(
+    launch: Launch, nursery: trio.Nursery
+) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    clock = FakeClock(now)
+    broken = FailsOnce(clock)
+
+    def gateway_with_a_broken_clock(**parts: Any) -> Gateway:
+        return build_gateway(**{**parts, "clock": broken})
+
+    node = await launch(
+        gateway_factory=gateway_with_a_broken_clock,
+        clock=clock,
+        config=make_config(auth={"leeway": f"{LEEWAY}s"}),
+    )
+    short = await live(nursery, node, token(60, now=now))  # its watch fails on this one
+    other = await live(nursery, node, device_token("sam", "sam-desktop", "macos"))
+    await wait_until(
+        lambda: gauge(node.metrics, "bothy_service_restarts_total", service="expiry") == 1
+    )
+    await wait_until(lambda: gateway_of(node).readiness()["expiry"])
+    assert broken.failures == 1
+    assert (await node.request("GET", "/readyz")).status_code == 200
 
     node.clock.advance(60 + LEEWAY)
 

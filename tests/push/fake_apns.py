@@ -68,6 +68,8 @@ class ApnsRequest:
     jwt_header: dict[str, Any] = field(default_factory=dict)
     jwt_claims: dict[str, Any] = field(default_factory=dict)
     authorization: str = ""
+    status: int | None = None
+    """The status the fake answered with (``None`` while held unanswered, or never)."""
 
     @property
     def device_token(self) -> str:
@@ -134,6 +136,10 @@ class FakeApns:
         self._resume.set()
         self._resume = trio.Event()
 
+    def delivered(self) -> list[ApnsRequest]:
+        """The recorded requests answered 200: the pushes a device would have shown."""
+        return [r for r in self.requests if r.status == 200]
+
     async def wait_for(self, count: int) -> None:
         """Wait until ``count`` requests arrived (use under a test deadline)."""
         while self.count < count:
@@ -173,7 +179,8 @@ class FakeApns:
         lock = trio.Lock()
         heads: dict[int, dict[str, str]] = {}
         bodies: dict[int, bytearray] = {}
-        held: list[tuple[int, str]] = []  # (stream, apns-id) of requests held unanswered
+        # (stream, apns-id, request) of requests held unanswered
+        held: list[tuple[int, str, ApnsRequest]] = []
 
         async def flush() -> None:
             data = conn.data_to_send()
@@ -185,9 +192,10 @@ class FakeApns:
             while True:
                 await self._resume.wait()
                 await trio.lowlevel.checkpoint()
-                for stream_id, held_id in held:
+                for stream_id, held_id, request in held:
                     if stream_id in conn.streams:
                         self._respond(conn, stream_id, Answer(), held_id)
+                        request.status = 200
                 held.clear()
                 await flush()
 
@@ -220,11 +228,12 @@ class FakeApns:
                         elif isinstance(event, h2.events.StreamEnded):
                             sid = event.stream_id
                             head = heads.pop(sid, {})
-                            answer = self._handle(head, bytes(bodies.pop(sid, b"")))
+                            answer, request = self._handle(head, bytes(bodies.pop(sid, b"")))
                             if answer.stall:
-                                held.append((sid, apns_id(head)))
+                                held.append((sid, apns_id(head), request))
                             else:
                                 self._respond(conn, sid, answer, apns_id(head))
+                                request.status = answer.status
                         elif isinstance(event, h2.events.StreamReset):
                             self.resets += 1
                             changed, self.changed = self.changed, trio.Event()
@@ -265,7 +274,7 @@ class FakeApns:
 
     # ------------------------------------------------------------------ APNs rules
 
-    def _handle(self, headers: dict[str, str], raw: bytes) -> Answer:
+    def _handle(self, headers: dict[str, str], raw: bytes) -> tuple[Answer, ApnsRequest]:
         self.count += 1
         changed, self.changed = self.changed, trio.Event()
         changed.set()
@@ -279,6 +288,9 @@ class FakeApns:
         )
         if self._record:
             self.requests.append(request)
+        return self._answer(request, headers, raw), request
+
+    def _answer(self, request: ApnsRequest, headers: dict[str, str], raw: bytes) -> Answer:
         problem = self._check(request, headers, raw)
         if problem is not None:
             return problem

@@ -387,3 +387,59 @@ async def test_the_task_runner_syncs_after_a_wake(world: World, nursery: trio.Nu
 
     await wait_for(subscribed, what="the runner to subscribe the new conversation")
     nursery.cancel_scope.cancel()
+
+
+async def test_a_restarted_runner_sends_a_change_whose_wake_was_lost(
+    world: World, nursery: trio.Nursery
+) -> None:
+    client = world.client()
+    await client.enable(FAKE, Rules(include_welcomes=False))
+    assert await runs(client, 1) == [None]  # nothing desired yet; the hourly run is ahead
+    # The app commits a new conversation, and its process ends before it calls wake().
+    (topic,) = world.groups(1)
+    before = len(world.api.calls)
+
+    restarted = world.client()
+    await nursery.start(restarted.run)
+
+    async def subscribed() -> bool:
+        return topic in await world.backend_topics(restarted)
+
+    # No clock advance: the run at start sends it, not the hourly one.
+    await wait_for(subscribed, what="the run at start to subscribe the conversation")
+    assert world.api.calls[before:] == ["subscriptions"]
+    nursery.cancel_scope.cancel()
+
+
+async def test_a_topic_limit_holds_back_only_that_runs_adds(launch: Launch, tmp_path: Path) -> None:
+    async for w in open_world(launch, tmp_path, limits={"max_push_topics": 5}):
+        current = epoch_of(w.node.clock.now())
+
+        def keyed(world: World, n: int, now: int = current) -> list[bytes]:
+            topics = world.groups(n)
+            for t in topics:
+                for e in range(now - 1, now + 3):
+                    world.source.keys[(t, e)] = os.urandom(42)
+            return topics
+
+        first = keyed(w, 3)
+        client = w.client()
+        await client.enable(FAKE, Rules(include_welcomes=False))
+        assert await runs(client, 1) == ["subscriptions"]
+        later = keyed(w, 3)  # six desired, five allowed: this run's three adds are refused
+        assert await runs(client, 2) == ["subscriptions", None]
+        assert await w.backend_topics(client) == set(first)
+
+        # An epoch later the uploaded topics' windows are re-sent (the refused ones
+        # still wait), and a restart keeps them held back.
+        w.node.clock.advance(timedelta(days=30))
+        restarted = w.client()
+        assert await runs(restarted, 3) == ["register", "subscriptions", None]
+        bases = await w.node.sql("SELECT DISTINCT hmac_epoch_base FROM bothy.topic_subscriptions")
+        assert bases == [(current,)]
+        assert await w.backend_topics(restarted) == set(first)
+
+        # The desired set changes (a conversation is left): the held-back adds go again.
+        w.source.add(Conversation(first[0], active=False))
+        assert await runs(restarted, 2) == ["subscriptions", None]
+        assert await w.backend_topics(restarted) == {*first[1:], *later}

@@ -28,6 +28,7 @@ async def test_the_example_enables_and_subscribes_a_bot(
     assert state.recipient is not None and state.recipient.topic_count == 2
     out = capsys.readouterr().out
     assert "enabled: enabled" in out and "subscribed topics: 2" in out
+    assert f"expires unless renewed: {state.recipient.expires_at.isoformat()}" in out
     rows = await node.sql("SELECT count(*) FROM bothy.topic_subscriptions")
     assert rows == [(2,)]
 
