@@ -8,6 +8,10 @@ import contextlib
 import json
 import os
 import platform
+import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -146,3 +150,55 @@ class Meter:
         if self._postmaster:
             out["postgres_cpu_us"] = (postgres_cpu(self._postmaster) - self._pg) / requests * 1e6
         return out
+
+
+class Profiler:
+    """``py-spy record`` on this process from construction to :meth:`stop`: collapsed
+    stacks (``--format raw``) in ``path``, and the top entries printed."""
+
+    def __init__(self, path: str, rate: int = 250) -> None:
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        if not Path(spy).exists():
+            raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
+        self.path = path
+        self.proc = subprocess.Popen(
+            [
+                *(spy, "record", "--pid", str(os.getpid()), "--threads", "--format", "raw"),
+                *("--rate", str(rate), "--output", path, "--nonblocking"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1.0)  # py-spy attaches
+
+    def stop(self, top: int = 25) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(30)
+        print_profile(self.path, top)
+
+
+def print_profile(path: str, top: int = 25) -> None:
+    """The functions with the most samples in a collapsed-stack file: own and total."""
+    own: dict[str, int] = {}
+    total: dict[str, int] = {}
+    samples = 0
+    for line in Path(path).read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        n = int(count)
+        samples += n
+        frames = [
+            f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1]
+            for f in stack.split(";")
+        ]
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for frame in set(frames):
+            total[frame] = total.get(frame, 0) + n
+    print(f"profile: {samples} samples in {path}")
+    print("  own %  function (file)")
+    for name, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {100 * n / max(1, samples):5.1f}  {name}")
+    print("  total %  function (file)")
+    for name, n in sorted(total.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {100 * n / max(1, samples):5.1f}  {name}")

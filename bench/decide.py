@@ -4,26 +4,41 @@ Appends N ``message.created`` events with F followers each through the SQL
 function ``bothy.append_event`` (as a producer would), then times the real
 round (``ConsumerRound`` with role ``worker`` wiring: nobody connected, every
 follower's phone gets an immediate ``notify.push_send``), and in the same run
-a bare ``COPY`` of the same number of job rows into the same table. Prints
-events/s, push_send jobs/s and their ratio to the bare COPY.
+a bare ``COPY`` of the same number of job rows into the same table, then one in
+COPY's binary format (what the round sends). Prints events/s, push_send jobs/s
+and their ratio to each bare COPY (``ratio_to_copy``: the text one, as this
+benchmark has always reported; ``ratio_to_binary_copy``: the binary one).
+
+CPU is measured too, since the machine may be shared: this process's CPU
+during the round (the round runs on this thread) and PostgreSQL's (the
+postmaster and its children, from ``/proc``), per job, and the same for the
+bare COPY; ``cpu_ratio`` = the bare COPY's CPU per row (client + server) / the
+round's CPU per job (client + server): the ratio with nothing overlapped, which
+a machine whose cores are all busy shows (a quiet one overlaps the round's
+Python with the server's ingest). ``--profile FILE`` records the round with
+py-spy (collapsed stacks in FILE, top entries printed).
 
 Usage: .venv/bin/python bench/decide.py [--events N] [--followers F] [--threads T]
+       [--batch B] [--profile FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import struct
 import sys
 import time
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import bench_database, machine, report
+from bench._common import Profiler, bench_database, machine, postgres_cpu, postgres_pid, report
 from bothy_notify.config import structure_config
 from bothy_notify.kernel.clock import SystemClock
 from bothy_notify.kernel.metrics import Metrics
@@ -89,7 +104,32 @@ def append(conn: psycopg.Connection, events: list[tuple[str, dict[str, object]]]
     )
 
 
-def run_round(url: str, batch: int) -> tuple[float, int, int]:
+@dataclass(frozen=True)
+class Timed:
+    """Wall seconds, this process's CPU seconds and PostgreSQL's CPU seconds of one phase."""
+
+    wall: float
+    cpu: float
+    pg_cpu: float
+
+
+class Stopwatch:
+    def __init__(self, postmaster: int | None) -> None:
+        self._postmaster = postmaster
+        self._pg = postgres_cpu(postmaster) if postmaster else 0.0
+        self._cpu = time.process_time()
+        self._wall = time.perf_counter()
+
+    def stop(self) -> Timed:
+        wall = time.perf_counter() - self._wall
+        cpu = time.process_time() - self._cpu
+        pg = postgres_cpu(self._postmaster) - self._pg if self._postmaster else 0.0
+        return Timed(wall, cpu, pg)
+
+
+def run_round(
+    url: str, batch: int, postmaster: int | None = None, profile: str | None = None
+) -> tuple[Timed, int, int]:
     config = structure_config(
         {"server": {"role": "worker"}, "notify": {"coalesce_window": "0s", "batch_size": batch}},
         env={},
@@ -104,61 +144,85 @@ def run_round(url: str, batch: int) -> tuple[float, int, int]:
     )
     conn = connect_dedicated(url)
     consumed = 0
-    started = time.perf_counter()
+    profiler = Profiler(profile) if profile else None
+    watch = Stopwatch(postmaster)
     try:
         while True:
             n, blocked = consumer._round_once(conn)
             consumed += n
             if n == 0 and not blocked:
                 break
+        timed = watch.stop()
     finally:
         conn.close()
-    elapsed = time.perf_counter() - started
+        if profiler is not None:
+            profiler.stop()
     with psycopg.connect(url) as check:
         (jobs,) = check.execute(
             "SELECT count(*) FROM bothy.jobs WHERE kind = 'notify.push_send'"
         ).fetchone()  # type: ignore[misc]
-    return elapsed, consumed, int(jobs)
+    return timed, consumed, int(jobs)
 
 
-def bare_copy(url: str, rows: int) -> float:
+BARE_ARGS = {
+    "nid": "018f0000-0000-7000-8000-000000000000",
+    "user_id": "user1",
+    "registration_id": "reg-user1",
+    "kind": "message",
+    "count": 1,
+    "quiet": 0,
+    "due_at": 0,
+    "appended_at": 0,
+    "release_seq": 0,
+    "thread_id": "t1",
+    "message_id": "m1",
+}
+_COLUMNS = "COPY bothy.jobs (kind, args, scheduled_at, max_attempts, created_at) FROM STDIN"
+
+
+def bare_copy(url: str, rows: int, postmaster: int | None = None) -> Timed:
     """COPY ``rows`` ready-made job rows into the same table: the database's ceiling.
 
-    The rows are pre-formatted text, the fastest way a client can feed COPY, so the
-    ratio compares the round with ingest alone and flatters nothing.
+    The rows are pre-formatted text, so the ratio compares the round with ingest
+    alone (see :func:`bare_binary_copy` for the binary format, which the round uses).
     """
     now = datetime.now(UTC).isoformat()
-    args = json.dumps(
-        {
-            "nid": "018f0000-0000-7000-8000-000000000000",
-            "user_id": "user1",
-            "registration_id": "reg-user1",
-            "kind": "message",
-            "count": 1,
-            "quiet": 0,
-            "due_at": 0,
-            "appended_at": 0,
-            "release_seq": 0,
-            "thread_id": "t1",
-            "message_id": "m1",
-        },
-        separators=(",", ":"),
-    )
+    args = json.dumps(BARE_ARGS, separators=(",", ":"))
     line = f"notify.push_send\t{args}\t{now}\t5\t{now}\n"
     chunk = line * 1000
     with psycopg.connect(url) as conn:
-        started = time.perf_counter()
-        with (
-            conn.cursor() as cur,
-            cur.copy(
-                "COPY bothy.jobs (kind, args, scheduled_at, max_attempts, created_at) FROM STDIN"
-            ) as copy,
-        ):
+        watch = Stopwatch(postmaster)
+        with conn.cursor() as cur, cur.copy(_COLUMNS) as copy:
             for _ in range(rows // 1000):
                 copy.write(chunk)
             copy.write(line * (rows % 1000))
         conn.commit()
-        return time.perf_counter() - started
+        return watch.stop()
+
+
+def bare_binary_copy(url: str, rows: int, postmaster: int | None = None) -> Timed:
+    """The same rows as :func:`bare_copy`, pre-formatted in COPY's binary format (what
+    the round's ``JobWriter`` sends): the server then parses no times or integers."""
+    micros = (datetime.now(UTC) - datetime(2000, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    kind = b"notify.push_send"
+    args = b"\x01" + json.dumps(BARE_ARGS, separators=(",", ":")).encode()
+    row = (
+        struct.pack("!hi", 5, len(kind))
+        + kind
+        + struct.pack("!i", len(args))
+        + args
+        + struct.pack("!iqiiiq", 8, micros, 4, 5, 8, micros)
+    )
+    chunk = row * 1000
+    with psycopg.connect(url) as conn:
+        watch = Stopwatch(postmaster)
+        with conn.cursor() as cur, cur.copy(_COLUMNS + " (FORMAT BINARY)") as copy:
+            copy.write(b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0))
+            for _ in range(rows // 1000):
+                copy.write(chunk)
+            copy.write(row * (rows % 1000) + struct.pack("!h", -1))
+        conn.commit()
+        return watch.stop()
 
 
 def main() -> None:
@@ -167,20 +231,36 @@ def main() -> None:
     parser.add_argument("--followers", type=int, default=10)
     parser.add_argument("--threads", type=int, default=500)
     parser.add_argument("--batch", type=int, default=500, help="notify.batch_size")
+    parser.add_argument("--profile", metavar="FILE", help="py-spy the round into FILE")
     args = parser.parse_args()
-    print(f"machine: {machine()}")
+    print(f"machine: {machine()}, load {os.getloadavg()[0]:.2f}")
     with bench_database() as url:
+        postmaster = postgres_pid(url)
         seed(url, args.events, args.followers, args.threads, args.batch)
-        elapsed, consumed, jobs = run_round(url, args.batch)
-        copy_elapsed = bare_copy(url, jobs)
+        timed, consumed, jobs = run_round(url, args.batch, postmaster, args.profile)
+        copy = bare_copy(url, jobs, postmaster)
+        binary = bare_binary_copy(url, jobs, postmaster)
+    elapsed, copy_elapsed = timed.wall, copy.wall
     events_per_s = consumed / elapsed if elapsed else 0.0
     jobs_per_s = jobs / elapsed if elapsed else 0.0
     copy_per_s = jobs / copy_elapsed if copy_elapsed else 0.0
     ratio = jobs_per_s / copy_per_s if copy_per_s else 0.0
+    per_job = 1e6 / jobs if jobs else 0.0
+    round_us, round_pg_us = timed.cpu * per_job, timed.pg_cpu * per_job
+    copy_us, copy_pg_us = copy.cpu * per_job, copy.pg_cpu * per_job
+    cpu_ratio = (copy_us + copy_pg_us) / (round_us + round_pg_us) if round_us else 0.0
+    binary_per_s = jobs / binary.wall if binary.wall else 0.0
+    binary_ratio = jobs_per_s / binary_per_s if binary_per_s else 0.0
+    binary_us, binary_pg_us = binary.cpu * per_job, binary.pg_cpu * per_job
     print(f"round: {consumed} message events in {elapsed:.2f}s -> {jobs} push_send jobs")
     print(f"  {events_per_s:,.0f} message events/s, {jobs_per_s:,.0f} jobs/s")
+    print(f"  CPU per job: {round_us:.1f} us here + {round_pg_us:.1f} us in PostgreSQL")
     print(f"bare COPY of {jobs} job rows: {copy_elapsed:.2f}s, {copy_per_s:,.0f} rows/s")
-    print(f"ratio of the round's jobs/s to the bare COPY: {ratio:.2f}")
+    print(f"  CPU per row: {copy_us:.1f} us here + {copy_pg_us:.1f} us in PostgreSQL")
+    print(f"bare binary COPY of the same rows: {binary.wall:.2f}s, {binary_per_s:,.0f} rows/s")
+    print(f"  CPU per row: {binary_us:.1f} us here + {binary_pg_us:.1f} us in PostgreSQL")
+    print(f"ratio of the round's jobs/s to the bare COPY: {ratio:.2f} (CPU: {cpu_ratio:.2f})")
+    print(f"ratio of the round's jobs/s to the bare binary COPY: {binary_ratio:.2f}")
     report(
         "decide",
         events_per_s=round(events_per_s),
@@ -189,6 +269,14 @@ def main() -> None:
         ratio_to_copy=round(ratio, 3),
         events=args.events,
         followers=args.followers,
+        round_cpu_us_per_job=round(round_us, 2),
+        round_postgres_cpu_us_per_job=round(round_pg_us, 2),
+        copy_cpu_us_per_row=round(copy_us, 2),
+        copy_postgres_cpu_us_per_row=round(copy_pg_us, 2),
+        cpu_ratio=round(cpu_ratio, 3),
+        copy_binary_rows_per_s=round(binary_per_s),
+        copy_binary_postgres_cpu_us_per_row=round(binary_pg_us, 2),
+        ratio_to_binary_copy=round(binary_ratio, 3),
     )
 
 

@@ -38,6 +38,10 @@ class _Uuid7Source:
         self._counter = 0
 
     def next(self) -> uuid.UUID:
+        return uuid.UUID(int=self.next_int())
+
+    def next_int(self) -> int:
+        """The next UUIDv7 as its 128-bit integer."""
         with self._lock:
             ms = time.time_ns() // 1_000_000
             if ms <= self._last_ms:
@@ -56,7 +60,7 @@ class _Uuid7Source:
         value |= counter << 64
         value |= 0b10 << 62
         value |= rand
-        return uuid.UUID(int=value)
+        return value
 
 
 _source = _Uuid7Source()
@@ -68,5 +72,7 @@ def uuid7() -> uuid.UUID:
 
 
 def new_id() -> str:
-    """A new UUIDv7 as its canonical string."""
-    return str(uuid7())
+    """A new UUIDv7 as its canonical string (formatted here: ``str(uuid.UUID(...))``
+    costs twice as much, and the round makes one per event)."""
+    h = "%032x" % _source.next_int()  # noqa: UP031 - the fastest formatting here
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

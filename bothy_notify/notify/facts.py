@@ -12,10 +12,13 @@ to ``bothy.presence``, read in the same pipeline as the rest of a group.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import chain, repeat
 from typing import Any
+
+import orjson
 
 from bothy_notify.config import Level
 from bothy_notify.kernel.presence import PresenceEntry, PresenceView
@@ -80,52 +83,67 @@ UNKNOWN_PERSON = Person(human=False, active=False, categories_off=frozenset())
 """A person the projection has never heard of receives nothing."""
 
 
+# Lists of keys travel as one JSON array (orjson) that the server unpacks and joins
+# with: psycopg builds a text[] parameter element by element in Python, which for
+# the thousands of (recipient, thread) pairs of a group cost more than the rest of
+# the read. Every key list is free of duplicates.
+_KEYS = "json_array_elements_text(%s::json)"
+_PAIR_KEYS = f"ROWS FROM ({_KEYS}, {_KEYS})"
 _THREADS = (
-    "SELECT thread_id, space_id, channel_id, last_message_seq, unread_floor_seq"
-    " FROM bothy.threads WHERE thread_id = ANY(%s)"
+    "SELECT t.thread_id, t.space_id, t.channel_id, t.last_message_seq, t.unread_floor_seq"
+    f" FROM {_KEYS} AS k(id) JOIN bothy.threads t ON t.thread_id = k.id"
 )
-_FOLLOWS = "SELECT thread_id, user_id, level FROM bothy.follows WHERE thread_id = ANY(%s)"
-_ACCESS = (
-    # Only the group's (recipient, thread) pairs: every recipient against every thread
-    # would be B^2 rows for B messages in one big space (250,000 at a batch of 500).
-    "SELECT k.user_id, k.thread_id FROM unnest(%s::text[], %s::text[]) AS k(user_id, thread_id)"
-    " JOIN bothy.threads t ON t.thread_id = k.thread_id"
-    " WHERE EXISTS (SELECT 1 FROM bothy.members m WHERE m.user_id = k.user_id"
-    "   AND m.scope_id IN (t.thread_id, t.channel_id, t.space_id))"
+# One JSON text for all of a group's follow levels: {thread: {user: level}}.
+_FOLLOWS = (
+    "SELECT coalesce(json_object_agg(thread_id, levels), '{}')::text FROM ("
+    "  SELECT f.thread_id, json_object_agg(f.user_id, f.level) AS levels"
+    f"  FROM {_KEYS} AS k(id) JOIN bothy.follows f ON f.thread_id = k.id"
+    "  GROUP BY f.thread_id) g"
+)
+# Read access: the memberships of the group's people in the scopes (thread, channel,
+# space) of the group's threads; a person may read a thread when one of them names
+# one of its scopes. Usually a few rows per person, however many threads.
+_MEMBERS = (
+    "SELECT m.user_id, m.scope_id FROM ("
+    f"  SELECT DISTINCT s.id FROM {_KEYS} AS k(id) JOIN bothy.threads t ON t.thread_id = k.id"
+    "  CROSS JOIN unnest(ARRAY[t.thread_id, t.channel_id, t.space_id]) AS s(id)"
+    "  WHERE s.id IS NOT NULL) scopes"
+    " JOIN bothy.members m ON m.scope_id = scopes.id"
+    f" WHERE m.user_id IN (SELECT * FROM {_KEYS})"
 )
 _READS = (
-    "SELECT r.user_id, r.thread_id, r.last_read_seq FROM bothy.read_states r"
-    " JOIN unnest(%s::text[], %s::text[]) AS k(user_id, thread_id)"
-    " ON r.user_id = k.user_id AND r.thread_id = k.thread_id"
+    "SELECT r.user_id, r.thread_id, r.last_read_seq"
+    f" FROM {_PAIR_KEYS} AS k(user_id, thread_id)"
+    " JOIN bothy.read_states r ON r.user_id = k.user_id AND r.thread_id = k.thread_id"
 )
 _PEOPLE = (
     "SELECT u.user_id, u.kind, u.active, p.categories"
-    " FROM bothy.users u LEFT JOIN bothy.preferences p USING (user_id)"
-    " WHERE u.user_id = ANY(%s)"
+    f" FROM {_KEYS} AS k(id) JOIN bothy.users u ON u.user_id = k.id"
+    " LEFT JOIN bothy.preferences p ON p.user_id = u.user_id"
 )
 # A device without a row counts as active (its row may still be on its way). A device
 # is the person's own: (user_id, device_id) is its key.
 _DEVICES = (
     "SELECT r.user_id, r.device_id, coalesce(d.platform, 'web'), r.id"
-    " FROM bothy.push_registrations r"
+    f" FROM {_KEYS} AS k(id) JOIN bothy.push_registrations r ON r.user_id = k.id"
     " LEFT JOIN bothy.devices d ON d.user_id = r.user_id AND d.device_id = r.device_id"
-    " WHERE r.user_id = ANY(%s) AND r.invalidated_at IS NULL"
-    "   AND coalesce(d.state, 'active') = 'active'"
+    " WHERE r.invalidated_at IS NULL AND coalesce(d.state, 'active') = 'active'"
     " ORDER BY r.user_id, r.device_id, r.id"
 )
 _WINDOWS = (
     "SELECT w.user_id, w.thread_id, w.opened_at, w.closes_at, w.count, w.first_seq,"
-    " w.newest_seq, w.newest_message_id, w.mention FROM bothy.hint_windows w"
-    " JOIN unnest(%s::text[], %s::text[]) AS k(user_id, thread_id)"
-    " ON w.user_id = k.user_id AND w.thread_id = k.thread_id"
+    " w.newest_seq, w.newest_message_id, w.mention"
+    f" FROM {_PAIR_KEYS} AS k(user_id, thread_id)"
+    " JOIN bothy.hint_windows w ON w.user_id = k.user_id AND w.thread_id = k.thread_id"
 )
 # Rows of live nodes only; a device live on two nodes at once (it moved, and the
 # older connection is not closed yet) counts once: its newest connection wins
 # (live_seq, the order in which the cluster learnt of the connections).
 _PRESENCE = (
     "SELECT p.user_id, p.device_id, p.platform, p.focus, p.idle, p.node_id::text"
-    " FROM bothy.presence p JOIN bothy.nodes n ON n.node_id = p.node_id"
-    " WHERE p.user_id = ANY(%s) AND n.seen_at >= %s"
+    f" FROM {_KEYS} AS k(id) JOIN bothy.presence p ON p.user_id = k.id"
+    " JOIN bothy.nodes n ON n.node_id = p.node_id"
+    " WHERE n.seen_at >= %s"
     " ORDER BY p.live_seq, p.updated_at, p.node_id"
 )
 _LEVELS = {level.value: level for level in Level}
@@ -137,12 +155,25 @@ def _threads(rows: Rows) -> dict[str, ThreadInfo]:
     return {r[0]: ThreadInfo.of(*r) for r in rows}
 
 
+def _keys(values: Iterable[str]) -> str:
+    """A JSON array of ``values`` without duplicates: a key list as one parameter (see
+    ``_KEYS``)."""
+    return orjson.dumps(list(dict.fromkeys(values))).decode()
+
+
 def _follows(rows: Rows) -> dict[str, dict[str, Level]]:
-    out: dict[str, dict[str, Level]] = defaultdict(dict)
     levels = _LEVELS
-    for thread_id, user_id, level in rows:
-        out[thread_id][user_id] = levels[level]
+    out: dict[str, dict[str, Level]] = defaultdict(dict)
+    for thread_id, by_user in orjson.loads(rows[0][0]).items():
+        out[thread_id] = {user_id: levels[level] for user_id, level in by_user.items()}
     return out
+
+
+def _member_of(rows: Rows) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = defaultdict(set)
+    for user_id, scope_id in rows:
+        out[user_id].add(scope_id)
+    return dict(out)
 
 
 def _people(rows: Rows) -> dict[str, Person]:
@@ -185,14 +216,24 @@ def _presence(
 def threads(conn: Conn, thread_ids: Collection[str]) -> dict[str, ThreadInfo]:
     if not thread_ids:
         return {}
-    return _threads(conn.execute(_THREADS, (list(thread_ids),)).fetchall())
+    return _threads(conn.execute(_THREADS, (_keys(thread_ids),)).fetchall())
 
 
 def follow_rows(conn: Conn, thread_ids: Collection[str]) -> dict[str, dict[str, Level]]:
     """Every stored follow level of these threads: thread -> user -> level."""
+    return send_follow_rows(conn, thread_ids)()
+
+
+def send_follow_rows(
+    conn: Conn, thread_ids: Collection[str]
+) -> Callable[[], dict[str, dict[str, Level]]]:
+    """:func:`follow_rows` in two steps: send the read now, and read its answer when
+    the returned function is called. Inside a pipeline the database runs the read
+    while the caller goes on with other work in between."""
     if not thread_ids:
-        return defaultdict(dict)
-    return _follows(conn.execute(_FOLLOWS, (list(thread_ids),)).fetchall())
+        return lambda: defaultdict(dict)
+    cursor = conn.execute(_FOLLOWS, (_keys(thread_ids),))
+    return lambda: _follows(cursor.fetchall())
 
 
 def members_of_scopes(conn: Conn, scope_ids: Collection[str]) -> dict[str, set[str]]:
@@ -214,7 +255,8 @@ class GroupFacts:
     Attributes:
         infos: thread -> its place and sequences.
         follows: thread -> user -> stored follow level.
-        readable: (user, thread) pairs with read access now.
+        member_of: user -> the scopes among the group's threads' scopes that a
+            membership of theirs names (see :meth:`may_read`).
         reads: (user, thread) -> stored ``last_read_seq``.
         people: user -> kind, active, categories switched off.
         devices: user -> active devices with active registrations.
@@ -226,7 +268,7 @@ class GroupFacts:
 
     infos: dict[str, ThreadInfo]
     follows: dict[str, dict[str, Level]]
-    readable: set[tuple[str, str]]
+    member_of: dict[str, set[str]]
     reads: dict[tuple[str, str], int]
     people: dict[str, Person]
     devices: dict[str, tuple[Device, ...]]
@@ -234,51 +276,76 @@ class GroupFacts:
     presence: dict[str, tuple[PresenceEntry, ...]] = field(default_factory=dict)
     holders: dict[str, dict[str, str]] = field(default_factory=dict)
 
+    def may_read(self, user_id: str, info: ThreadInfo) -> bool:
+        """Whether ``user_id`` has read access to the thread of ``info`` now: a
+        membership names the thread, its channel or its space."""
+        scopes = self.member_of.get(user_id)
+        return scopes is not None and not scopes.isdisjoint(info.scopes)
+
 
 def load_group(
     conn: Conn,
     *,
     users: Collection[str],
-    pairs: Collection[tuple[str, str]],
+    pairs: Collection[tuple[str, str]] | Mapping[str, Collection[str]],
     follows: dict[str, dict[str, Level]] | None,
     with_windows: bool,
     presence_since: datetime | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> GroupFacts:
     """Read a group's facts with every query in one pipeline (one round trip).
 
-    ``pairs`` are the (recipient, thread) pairs of hints with a thread;
+    ``pairs`` are the (recipient, thread) pairs of hints with a thread, or per
+    thread its recipients (what the round passes: no tuple per pair);
     ``follows`` may be passed when the caller read them already. With
     ``presence_since`` the shared presence of nodes live since then is read
-    too (:class:`SharedPresence`).
+    too (:class:`SharedPresence`). ``meanwhile`` is called once the reads are
+    sent and before their answers are read: work that needs no facts, done while
+    the database runs them. It must not use the connection.
     """
-    user_list = list(users)
-    thread_list = sorted({t for _u, t in pairs})
-    pair_users = [p[0] for p in pairs]
-    pair_threads = [p[1] for p in pairs]
+    user_keys = _keys(users)
+    # Two arrays of the pairs, read in step (``_PAIR_KEYS``), without duplicates.
+    if isinstance(pairs, Mapping):
+        by_thread = {t: list(dict.fromkeys(us)) for t, us in pairs.items() if us}
+        thread_list = sorted(by_thread)
+        pair_users = orjson.dumps(list(chain.from_iterable(by_thread.values()))).decode()
+        pair_threads = orjson.dumps(
+            list(chain.from_iterable(repeat(t, len(us)) for t, us in by_thread.items()))
+        ).decode()
+    else:
+        pair_list = list(dict.fromkeys(pairs))
+        thread_list = sorted({t for _u, t in pair_list})
+        pair_users = orjson.dumps([p[0] for p in pair_list]).decode()
+        pair_threads = orjson.dumps([p[1] for p in pair_list]).decode()
+    thread_keys = _keys(thread_list)
     with conn.pipeline():
-        c_threads = conn.execute(_THREADS, (thread_list,)) if thread_list else None
+        c_threads = conn.execute(_THREADS, (thread_keys,)) if thread_list else None
         c_follows = (
-            conn.execute(_FOLLOWS, (thread_list,)) if thread_list and follows is None else None
+            conn.execute(_FOLLOWS, (thread_keys,)) if thread_list and follows is None else None
         )
-        c_access = conn.execute(_ACCESS, (pair_users, pair_threads)) if pairs else None
-        c_reads = conn.execute(_READS, (pair_users, pair_threads)) if pairs else None
-        c_people = conn.execute(_PEOPLE, (user_list,))
-        c_devices = conn.execute(_DEVICES, (user_list,))
+        c_members = conn.execute(_MEMBERS, (thread_keys, user_keys)) if thread_list else None
+        c_reads = conn.execute(_READS, (pair_users, pair_threads)) if thread_list else None
+        c_people = conn.execute(_PEOPLE, (user_keys,))
+        c_devices = conn.execute(_DEVICES, (user_keys,))
         c_windows = (
-            conn.execute(_WINDOWS, (pair_users, pair_threads)) if pairs and with_windows else None
+            conn.execute(_WINDOWS, (pair_users, pair_threads))
+            if thread_list and with_windows
+            else None
         )
         c_presence = (
-            conn.execute(_PRESENCE, (user_list, presence_since))
+            conn.execute(_PRESENCE, (user_keys, presence_since))
             if presence_since is not None
             else None
         )
+        if meanwhile is not None:
+            meanwhile()
     presence, holders = _presence(c_presence.fetchall()) if c_presence else ({}, {})
     return GroupFacts(
         infos=_threads(c_threads.fetchall()) if c_threads else {},
         follows=follows
         if follows is not None
         else (_follows(c_follows.fetchall()) if c_follows else defaultdict(dict)),
-        readable={(r[0], r[1]) for r in c_access.fetchall()} if c_access else set(),
+        member_of=_member_of(c_members.fetchall()) if c_members else {},
         reads={(r[0], r[1]): r[2] for r in c_reads.fetchall()} if c_reads else {},
         people=_people(c_people.fetchall()),
         devices=_devices(c_devices.fetchall()),

@@ -22,8 +22,9 @@ class HintRequest:
     idempotency_key: str | None = None
 
 
-def message_hint(payload: Mapping[str, Any]) -> Hint:
-    """The hint of a ``message.created`` event (recipients come from follows)."""
+def message_hint(payload: Mapping[str, Any], mv: str | None = None) -> Hint:
+    """The hint of a ``message.created`` event (recipients come from follows); ``mv``:
+    the catalogue version to fix on it."""
     return Hint(
         nid=new_id(),
         kind=Kind.MESSAGE.value,
@@ -33,6 +34,7 @@ def message_hint(payload: Mapping[str, Any]) -> Hint:
         message_seq=int(payload["thread_seq"]),
         actor_id=payload["author_id"],
         mentions=frozenset(payload.get("mentions") or ()),
+        mv=mv,
     )
 
 

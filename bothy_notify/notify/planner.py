@@ -37,11 +37,11 @@ from bothy_notify.notify.domain import (
     Delivery,
     Fold,
     Hint,
+    HintRules,
     Policy,
     RecipientFacts,
     Skip,
     Window,
-    decide,
 )
 from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.hints import (
@@ -53,7 +53,7 @@ from bothy_notify.notify.hints import (
     security_hint,
 )
 from bothy_notify.notify.jobs.args import FLUSH, FlushArgs
-from bothy_notify.notify.routes import LiveRoutes, jobs_for
+from bothy_notify.notify.routes import HintJobs, LiveRoutes
 from bothy_notify.store import idempotency
 from bothy_notify.store.db import Conn
 from bothy_notify.store.events import Event
@@ -135,6 +135,8 @@ class Decider:
         self.outcome = outcome
         self.policy = policy_of(config)
         self.categories = frozenset(BUILTIN_CATEGORIES) | frozenset(config.notify.categories)
+        self._encoded: dict[str, bytes] = {}
+        """JSON-encoded IDs and kinds of this decider's jobs (:class:`HintJobs`)."""
 
     def decide_group(
         self,
@@ -151,32 +153,16 @@ class Decider:
         users = {u for _h, recipients, _a in items for u in recipients}
         if not users:
             return
-        pairs = {(u, h.thread_id) for h, rs, _a in items if h.thread_id for u in rs}
+        pairs: dict[str, set[str]] = {}  # thread -> its recipients in this group
+        for h, recipients, _a in items:
+            if h.thread_id:
+                pairs.setdefault(h.thread_id, set()).update(recipients)
         shared = self.presence if isinstance(self.presence, SharedPresence) else None
-        group = facts.load_group(
-            self.conn,
-            users=users,
-            pairs=pairs,
-            follows=follows,
-            with_windows=windows_on and self.policy.coalesce_window.total_seconds() > 0,
-            presence_since=shared.since(self.now) if shared is not None else None,
-        )
-        infos, readable, reads = group.infos, group.readable, group.reads
-        people, devices, windows = group.people, group.devices, group.windows
-        follows = group.follows
-        holders: dict[str, dict[str, str]] | None = None
-        presence: Mapping[str, tuple[PresenceEntry, ...]]
-        if shared is not None:
-            presence, holders = group.presence, group.holders
-        else:
-            assert not isinstance(self.presence, SharedPresence)
-            presence = self.presence.entries(users)
-        changed: dict[tuple[str, str], Window] = {}
-        default_level = self.config.notify.default_level
-        no_presence: tuple[PresenceEntry, ...] = ()
+        prepared: list[tuple[Hint, HintRules, HintJobs, Sequence[str]]] = []
+        local: list[Mapping[str, tuple[PresenceEntry, ...]]] = []
 
-        # Jobs stream into COPY while deciding: the database ingests on its own core.
-        with self.writer.stream():
+        def prepare() -> None:
+            """What needs no facts, done while the database reads them."""
             for given, recipients, appended_at in items:
                 stamp = given.mv is None and self.mv is not None
                 hint = replace(given, mv=self.mv) if stamp else given
@@ -186,65 +172,99 @@ class Decider:
                     )
                     self.outcome.skips["preference"] += len(recipients)
                     continue
-                info = infos.get(hint.thread_id) if hint.thread_id else None
+                jobs = HintJobs(
+                    hint,
+                    self.live,
+                    self.writer,
+                    now=self.now,
+                    appended_at=appended_at,
+                    push_max_attempts=self.config.push.max_attempts,
+                    encoded=self._encoded,
+                )
+                prepared.append((hint, HintRules.of(hint, self.policy, self.now), jobs, recipients))
+            if shared is None:
+                assert not isinstance(self.presence, SharedPresence)
+                local.append(self.presence.entries(users))
+
+        group = facts.load_group(
+            self.conn,
+            users=users,
+            pairs=pairs,
+            follows=follows,
+            with_windows=windows_on and self.policy.coalesce_window.total_seconds() > 0,
+            presence_since=shared.since(self.now) if shared is not None else None,
+            meanwhile=prepare,
+        )
+        infos, reads, member_of = group.infos, group.reads, group.member_of
+        windows, follows = group.windows, group.follows
+        holders: dict[str, dict[str, str]] | None = None
+        presence: Mapping[str, tuple[PresenceEntry, ...]]
+        if shared is not None:
+            presence, holders = group.presence, group.holders
+        else:
+            (presence,) = local
+        # What a recipient brings to every hint of the group, looked up once.
+        people, devices = group.people, group.devices
+        unknown, nothing = facts.UNKNOWN_PERSON, ()
+        per_user = {
+            u: (people.get(u, unknown), devices.get(u, nothing), presence.get(u, nothing))
+            for u in users
+        }
+        changed: dict[tuple[str, str], Window] = {}
+        default_level = self.config.notify.default_level
+        no_follows: dict[str, Level] = {}
+
+        # Jobs stream into COPY while deciding: the database ingests on its own core.
+        with self.writer.stream():
+            for hint, rules, jobs, recipients in prepared:
+                thread_id = hint.thread_id
+                info = infos.get(thread_id) if thread_id else None
+                levels = follows.get(thread_id, no_follows) if thread_id else no_follows
+                floor = info.unread_floor_seq if info is not None else 0
+                unread = max(0, floor)  # the read position of a recipient with no stored read
                 for user in recipients:
-                    person = people.get(user, facts.UNKNOWN_PERSON)
-                    if hint.thread_id is None:
+                    person, user_devices, user_presence = per_user[user]
+                    if thread_id is None:
                         access, level, read_pos = True, Level.ALL, 0
                     elif info is None:
                         access, level, read_pos = False, default_level, 0
                     else:
-                        access = (user, hint.thread_id) in readable
-                        level = follows.get(hint.thread_id, {}).get(user, default_level)
-                        read_pos = max(reads.get((user, hint.thread_id), 0), info.unread_floor_seq)
+                        # group.may_read, inlined: this loop runs once per recipient
+                        scopes = member_of.get(user)
+                        access = scopes is not None and not scopes.isdisjoint(info.scopes)
+                        level = levels.get(user, default_level)
+                        read_pos = max(reads.get((user, thread_id), 0), floor) if reads else unread
                     recipient = RecipientFacts(
-                        user_id=user,
-                        human=person.human,
-                        active=person.active,
-                        has_access=access,
-                        level=level,
-                        categories_off=person.categories_off,
-                        read_position=read_pos,
-                        devices=devices.get(user, ()),
-                        presence=presence.get(user, no_presence),
+                        user,
+                        person.human,
+                        person.active,
+                        access,
+                        level,
+                        person.categories_off,
+                        read_pos,
+                        user_devices,
+                        user_presence,
                     )
-                    key = (user, hint.thread_id or "")
-                    decision = decide(
-                        hint, recipient, self.policy, window=windows.get(key), now=self.now
-                    )
+                    key = (user, thread_id or "")
+                    decision = rules.decide(recipient, windows.get(key) if windows else None)
                     where = holders.get(user) if holders is not None else None
-                    self._apply(hint, decision, appended_at, key, windows, changed, where)
+                    self._apply(hint, decision, jobs, key, windows, changed, where)
         facts.save_windows(self.conn, ((u, t, w) for (u, t), w in changed.items()))
 
     def _apply(
         self,
         hint: Hint,
         decision: Decision,
-        appended_at: datetime,
+        jobs: HintJobs,
         key: tuple[str, str],
         windows: dict[tuple[str, str], Window],
         changed: dict[tuple[str, str], Window],
         holders: dict[str, str] | None,
     ) -> None:
         out = self.outcome
-        if isinstance(decision, Skip):
-            out.skips[decision.reason.value] += 1
-        elif isinstance(decision, Fold):
-            out.folded += 1
-            windows[key] = changed[key] = decision.window
-        elif isinstance(decision, Delivery):
+        if isinstance(decision, Delivery):  # the common case first
             out.hints[_kind_class(decision.kind)] += 1
-            specs = jobs_for(
-                hint,
-                decision,
-                self.live,
-                now=self.now,
-                appended_at=appended_at,
-                push_max_attempts=self.config.push.max_attempts,
-                holders=holders,
-            )
-            out.jobs += len(specs)
-            self.writer.extend(specs)
+            out.jobs += jobs.add(decision, holders)
             if decision.opens is not None and hint.thread_id is not None:
                 window = decision.opens
                 windows[key] = changed[key] = window
@@ -259,6 +279,11 @@ class Decider:
                         unique_key=f"flush:{decision.user_id}:{hint.thread_id}:{opened}",
                     )
                 )
+        elif isinstance(decision, Skip):
+            out.skips[decision.reason.value] += 1
+        elif isinstance(decision, Fold):
+            out.folded += 1
+            windows[key] = changed[key] = decision.window
 
 
 def _kind_class(kind: str) -> str:
@@ -394,11 +419,15 @@ class RoundPlanner:
             return
         events, self._messages = self._messages, []
         self.in_progress = (self._messages_from, self._messages_from + len(events))
-        record_messages(
-            self.conn, [(e.payload["thread_id"], int(e.payload["thread_seq"])) for e in events]
-        )
         thread_ids = {e.payload["thread_id"] for e in events}
-        follows = facts.follow_rows(self.conn, thread_ids)
+        with self.conn.pipeline():  # one round trip for both
+            record_messages(
+                self.conn, [(e.payload["thread_id"], int(e.payload["thread_seq"])) for e in events]
+            )
+            read_follows = facts.send_follow_rows(self.conn, thread_ids)
+            # The database records and reads meanwhile.
+            hints = [message_hint(e.payload, self.decider.mv) for e in events]
+            follows = read_follows()
         members: dict[str, set[str]] = {}
         infos: dict[str, facts.ThreadInfo] = {}
         if self.config.notify.default_level is Level.ALL:
@@ -407,8 +436,7 @@ class RoundPlanner:
                 self.conn, {s for info in infos.values() for s in info.scopes}
             )
         items: list[tuple[Hint, Sequence[str], datetime]] = []
-        for event in events:
-            hint = message_hint(event.payload)
+        for event, hint in zip(events, hints, strict=True):
             assert hint.thread_id is not None
             stored = follows.get(hint.thread_id, {})
             candidates = {u for u, level in stored.items() if level is Level.ALL}

@@ -1,8 +1,9 @@
 """Routes become jobs: immediate pushes, gateway hints and delayed pushes.
 
-The round (and the flush job) turn each :class:`Delivery` into job specs that
-commit in their own transaction; nothing leaves the process before the commit.
-Immediate push routes always become ``notify.push_send`` jobs. Gateway and
+The round (and the flush job) turn each :class:`Delivery` into jobs
+(:class:`HintJobs`) that commit in their own transaction; nothing leaves the
+process before the commit. Immediate push routes always become
+``notify.push_send`` jobs. Gateway and
 delayed routes go through the :class:`LiveRoutes` port, whose implementation
 depends on the role (``docs/architecture.md``, role table):
 
@@ -27,10 +28,12 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
+import orjson
+
 from bothy_notify.kernel.clock import to_unix_micros
 from bothy_notify.notify.domain import Delivery, Hint, Route, Via
 from bothy_notify.notify.jobs.args import GATEWAY_SEND, PUSH_SEND, GatewaySendArgs
-from bothy_notify.store.jobs import JobSpec
+from bothy_notify.store.jobs import JobSpec, JobWriter
 
 log = logging.getLogger("bothy.notify.routes")
 
@@ -215,38 +218,97 @@ class FailClosedRoutes:
         return "FailClosedRoutes()"
 
 
-def jobs_for(
-    hint: Hint,
-    delivery: Delivery,
-    live: LiveRoutes,
-    *,
-    now: datetime,
-    appended_at: datetime,
-    push_max_attempts: int,
-    holders: Mapping[str, str] | None = None,
-) -> list[JobSpec]:
-    """Every job of one delivery: immediate pushes here, the rest through ``live``.
+class HintJobs:
+    """Writes the jobs of one hint's deliveries: immediate pushes here, the rest
+    through ``live``.
 
-    ``holders`` maps each of the recipient's live devices to the node holding
-    its connection (a cluster's shared presence); ``None`` on a single node.
+    An immediate push (one ``notify.push_send`` per registration of a ``push``
+    route) is the round's most frequent job, so its args are encoded as JSON
+    here: the part every job of the hint shares once per hint, each job adding
+    the recipient, the registration, the kind, the count and the quiet flag,
+    and go to the writer already encoded (:meth:`JobWriter.add_json`). They are
+    exactly the args :func:`push_jobs` builds (a test compares the two). Gateway
+    and delayed routes become :class:`JobSpec` through ``live``.
+
+    Args:
+        hint: the hint, with its ``mv`` fixed.
+        live: how gateway and delayed routes become jobs.
+        writer: where the jobs go, in the caller's transaction.
+        now: the round's time; immediate pushes are due then.
+        appended_at: when the hint's event was appended.
+        push_max_attempts: ``push.max_attempts``.
+        encoded: a cache of JSON-encoded strings (IDs, kinds) shared by the hints
+            of one round, so a recipient's IDs are encoded once per round.
     """
-    specs: list[JobSpec] = []
-    gateway_done = False
-    for route in delivery.routes:
-        if route.via is Via.PUSH:
-            specs.extend(
-                push_jobs(
-                    hint,
-                    delivery,
-                    route,
-                    scheduled_at=now,
-                    release_seq=0,
-                    appended_at=appended_at,
-                    max_attempts=push_max_attempts,
-                )
-            )
-        elif route.via is Via.GATEWAY:
-            if not gateway_done:
+
+    def __init__(
+        self,
+        hint: Hint,
+        live: LiveRoutes,
+        writer: JobWriter,
+        *,
+        now: datetime,
+        appended_at: datetime,
+        push_max_attempts: int,
+        encoded: dict[str, bytes],
+    ) -> None:
+        self._hint = hint
+        self._live = live
+        self._writer = writer
+        self._now = now
+        self._appended_at = appended_at
+        self._max_attempts = push_max_attempts
+        self._encoded = encoded
+        shared: dict[str, int | str] = {
+            "nid": hint.nid,
+            "due_at": to_unix_micros(now),
+            "appended_at": to_unix_micros(appended_at),
+            "release_seq": 0,
+        }
+        if hint.thread_id is not None:
+            shared["thread_id"] = hint.thread_id
+        if hint.message_id is not None:
+            shared["message_id"] = hint.message_id
+        if hint.target_id is not None:
+            shared["target_id"] = hint.target_id
+        if hint.mv is not None:
+            shared["mv"] = hint.mv
+        # '"nid":...}': the shared members and the closing brace, after each job's own.
+        self._shared = orjson.dumps(shared)[1:]
+        self._shape = writer.row_shape(PUSH_SEND, now, push_max_attempts)
+
+    def __repr__(self) -> str:
+        return "HintJobs()"
+
+    def _json(self, value: str) -> bytes:
+        encoded = self._encoded.get(value)
+        if encoded is None:
+            encoded = self._encoded[value] = orjson.dumps(value)
+        return encoded
+
+    def add(self, delivery: Delivery, holders: Mapping[str, str] | None = None) -> int:
+        """Write every job of ``delivery``; returns how many.
+
+        ``holders`` maps each of the recipient's live devices to the node holding
+        its connection (a cluster's shared presence); ``None`` on a single node.
+        """
+        hint, writer, added = self._hint, self._writer, 0
+        gateway_done = False
+        for route in delivery.routes:
+            if route.via is Via.PUSH:
+                user, kind = self._json(delivery.user_id), self._json(delivery.kind)
+                count, quiet, shared = delivery.count, delivery.quiet, self._shared
+                for registration_id in route.registrations:
+                    writer.add_json(
+                        self._shape,
+                        b'{"user_id":%s,"kind":%s,"count":%d,"quiet":%d,"registration_id":%s,%s'
+                        % (user, kind, count, quiet, self._json(registration_id), shared),
+                    )
+                added += len(route.registrations)
+                continue
+            if route.via is Via.GATEWAY:
+                if gateway_done:
+                    continue
                 gateway_done = True
                 nodes: Collection[str] = ()
                 if holders:
@@ -255,9 +317,13 @@ def jobs_for(
                         for r in delivery.routes
                         if r.via is Via.GATEWAY and r.device_id in holders
                     }
-                specs.extend(
-                    live.gateway(hint, delivery, now=now, appended_at=appended_at, nodes=nodes)
+                specs = self._live.gateway(
+                    hint, delivery, now=self._now, appended_at=self._appended_at, nodes=nodes
                 )
-        else:
-            specs.extend(live.delayed(hint, delivery, route, now=now, appended_at=appended_at))
-    return specs
+            else:
+                specs = self._live.delayed(
+                    hint, delivery, route, now=self._now, appended_at=self._appended_at
+                )
+            writer.extend(specs)
+            added += len(specs)
+        return added

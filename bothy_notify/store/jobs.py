@@ -19,15 +19,17 @@ returns the fences that held, so the caller applies effects for those only.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 from psycopg import Copy
 
+from bothy_notify.kernel.values import fast_init
 from bothy_notify.store.db import Conn
 
 JobArgs = Mapping[str, int | str]
@@ -35,6 +37,7 @@ JOBS_CHANNEL = "bothy_jobs"
 """``NOTIFY`` channel that wakes runners when jobs were inserted."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """A job to insert.
@@ -92,6 +95,29 @@ _COPY_CHUNK_ROWS = 256
 """Rows sent to COPY at once: large enough to amortise a round trip, small enough to
 keep the database busy while the caller decides."""
 
+_COPY_CHUNK_PARTS = 4 * _COPY_CHUNK_ROWS
+
+RowShape = tuple[bytes, bytes]
+"""A binary ``COPY`` row of the jobs table but its args: the fields before them (the
+field count and ``kind``) and the fields after them (``scheduled_at``,
+``max_attempts``, ``created_at``)."""
+
+_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
+"""The binary ``COPY`` header: signature, flags, no header extension."""
+_TRAILER = struct.pack("!h", -1)
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_JSONB_VERSION = b"\x01"
+"""jsonb's binary form: a version byte, then the JSON text."""
+_jsonb_head = struct.Struct("!ic").pack
+"""A jsonb field's length and version byte, before its JSON text."""
+
+
+def _timestamptz(when: datetime) -> bytes:
+    """``when`` as a binary ``timestamptz`` field (length, then microseconds since
+    2000-01-01 UTC); ``when`` must be aware."""
+    return struct.pack("!iq", 8, (when - _PG_EPOCH) // _MICROSECOND)
+
 
 class JobWriter:
     """Inserts jobs in the caller's transaction, as fast as the database takes them.
@@ -104,8 +130,9 @@ class JobWriter:
     ``ON CONFLICT DO NOTHING``. No other statement may run on the connection
     inside a stream.
 
-    Args are JSON objects of IDs and integers; they are encoded with orjson and
-    escaped for the ``COPY`` text format.
+    Args are JSON objects of IDs and integers, encoded with orjson. ``COPY`` runs
+    in its binary format: the server then parses no times or integers, only the
+    args' JSON (a fifth less of its CPU per row than the text format, measured).
 
     :meth:`claim_here` makes the writer insert some keyed jobs already claimed
     by this node (see :class:`ClaimHere`); after :meth:`finish` they are in
@@ -113,14 +140,19 @@ class JobWriter:
     committed.
     """
 
-    _COPY = "COPY bothy.jobs (kind, args, scheduled_at, max_attempts, created_at) FROM STDIN"
+    _COPY = (
+        "COPY bothy.jobs (kind, args, scheduled_at, max_attempts, created_at)"
+        " FROM STDIN (FORMAT BINARY)"
+    )
 
     def __init__(self, conn: Conn, now: datetime) -> None:
         self._conn = conn
-        self._now_text = now.isoformat().encode()
+        self._now_field = _timestamptz(now)
         self._now = now
-        self._times: dict[datetime, bytes] = {now: self._now_text}
+        self._shapes: dict[tuple[str, datetime, int], RowShape] = {}
         self._lines: list[bytes] = []
+        """Four parts per row: the fields before the args, the args' length and version,
+        the args, the fields after."""
         self._keyed: list[JobSpec] = []
         self._streaming = False
         self._open: ExitStack | None = None
@@ -157,22 +189,35 @@ class JobWriter:
             self._open = self._copy = None
 
     def add(self, spec: JobSpec) -> None:
-        self.added += 1
         if spec.unique_key is not None or spec.node_id is not None:
+            self.added += 1
             self._keyed.append(spec)
             return
         # (A job without a key goes through COPY, which returns no ids: never claimed here.)
-        when = self._times.get(spec.scheduled_at)
-        if when is None:
-            when = self._times[spec.scheduled_at] = spec.scheduled_at.isoformat().encode()
-        args = orjson.dumps(spec.args)
-        if b"\\" in args:  # COPY's text format escapes backslashes; IDs never have one
-            args = args.replace(b"\\", b"\\\\")
-        self._lines.append(
-            b"%s\t%s\t%s\t%d\t%s\n"
-            % (spec.kind.encode(), args, when, spec.max_attempts, self._now_text)
-        )
-        if self._streaming and len(self._lines) >= _COPY_CHUNK_ROWS:
+        shape = self.row_shape(spec.kind, spec.scheduled_at, spec.max_attempts)
+        self.add_json(shape, orjson.dumps(spec.args))
+
+    def row_shape(self, kind: str, scheduled_at: datetime, max_attempts: int) -> RowShape:
+        """What the ``COPY`` rows of jobs of ``kind`` due at ``scheduled_at`` share (for
+        :meth:`add_json`)."""
+        key = (kind, scheduled_at, max_attempts)
+        shape = self._shapes.get(key)
+        if shape is None:
+            name = kind.encode()
+            shape = self._shapes[key] = (
+                struct.pack("!hi", 5, len(name)) + name,
+                _timestamptz(scheduled_at) + struct.pack("!ii", 4, max_attempts) + self._now_field,
+            )
+        return shape
+
+    def add_json(self, shape: RowShape, args: bytes) -> None:
+        """Add a job without a unique key or node whose ``args`` are already encoded: a
+        JSON object of IDs and integers, as ``orjson.dumps`` writes it (the round's
+        immediate pushes, encoded once per hint: ``notify.routes.HintJobs``)."""
+        self.added += 1
+        lines = self._lines
+        lines += (shape[0], _jsonb_head(len(args) + 1, _JSONB_VERSION), args, shape[1])
+        if self._streaming and len(lines) >= _COPY_CHUNK_PARTS:
             self._send_lines()
 
     def extend(self, specs: Iterable[JobSpec]) -> None:
@@ -185,13 +230,14 @@ class JobWriter:
             cursor = stack.enter_context(self._conn.cursor())
             self._copy = stack.enter_context(cursor.copy(self._COPY))
             self._open = stack
+            self._lines.insert(0, _SIGNATURE)
         self._copy.write(b"".join(self._lines))
         self._lines.clear()
 
     def _close_copy(self) -> None:
         if self._open is not None:
-            if self._lines:
-                self._send_lines()
+            self._lines.append(_TRAILER)
+            self._send_lines()
             stack, self._open, self._copy = self._open, None, None
             stack.close()
 

@@ -138,12 +138,22 @@ def record_messages(conn: Conn, messages: list[tuple[str, int]]) -> None:
     latest: dict[str, int] = {}
     for thread_id, seq in messages:
         latest[thread_id] = max(seq, latest.get(thread_id, 0))
+    # Threads that move: one UPDATE of those whose sequence rises (no new row version
+    # for the others); threads never seen: inserted. Keys travel as JSON arrays (a
+    # text[] parameter is built element by element in Python). The insert's ON
+    # CONFLICT covers a thread another transaction created meanwhile.
     conn.execute(
-        "INSERT INTO bothy.threads (thread_id, last_message_seq)"
-        " SELECT * FROM unnest(%s::text[], %s::bigint[])"
+        "WITH k AS (SELECT id, seq::bigint AS seq FROM ROWS FROM"
+        "   (json_array_elements_text(%s::json), json_array_elements_text(%s::json))"
+        "   AS k(id, seq)),"
+        " raised AS (UPDATE bothy.threads t SET last_message_seq = k.seq FROM k"
+        "   WHERE t.thread_id = k.id AND t.last_message_seq < k.seq)"
+        " INSERT INTO bothy.threads (thread_id, last_message_seq)"
+        " SELECT k.id, k.seq FROM k"
+        " WHERE NOT EXISTS (SELECT 1 FROM bothy.threads t WHERE t.thread_id = k.id)"
         " ON CONFLICT (thread_id) DO UPDATE SET last_message_seq ="
         " greatest(bothy.threads.last_message_seq, EXCLUDED.last_message_seq)",
-        (list(latest), list(latest.values())),
+        (json.dumps(list(latest)), json.dumps(list(latest.values()))),
     )
 
 

@@ -306,3 +306,23 @@ def test_envelope_payloads_are_judged_alike_in_sql_and_python(
     with psycopg.connect(database_url) as conn:
         sql_ok = sql_check(conn, "envelope.published", payload) is None
     assert python_ok is sql_ok is valid
+
+
+def test_the_round_reads_payloads_as_stored_even_beyond_64_bit_integers(
+    database_url: str,
+) -> None:
+    # What jsonb may hold that orjson refuses (the round then decodes with json).
+    payloads = [
+        {"user_id": "alex", "n": 2**70, "nested": {"xs": [1.5, -3, None, True, "é"]}},
+        {"thread_id": "t1", "message_id": "m1", "thread_seq": 7, "mentions": []},
+    ]
+    with psycopg.connect(database_url) as conn:
+        for payload in payloads:
+            conn.execute(
+                "INSERT INTO bothy.events (type, payload) VALUES ('message.created', %s::jsonb)",
+                (json.dumps(payload),),
+            )
+        conn.commit()
+        _cursor, batch = eventlog.lock_and_read(conn, 10)
+
+    assert [e.payload for e in batch] == payloads

@@ -4,7 +4,7 @@ No IO, no clock reads, no database, no Trio. The rules of SPEC section 6 are
 stated at the top of :mod:`.decide` and every one of them lives there.
 """
 
-from bothy_notify.notify.domain.decide import decide, effective_kind, release_delayed
+from bothy_notify.notify.domain.decide import HintRules, decide, effective_kind, release_delayed
 from bothy_notify.notify.domain.model import (
     DESKTOP_PLATFORMS,
     Decision,
@@ -29,6 +29,7 @@ __all__ = [
     "Device",
     "Fold",
     "Hint",
+    "HintRules",
     "Policy",
     "RecipientFacts",
     "Route",

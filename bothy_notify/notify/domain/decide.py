@@ -21,13 +21,21 @@ The rules, in the order they apply:
 
 The author (actor) is never a recipient: :func:`decide` refuses to route to
 them with ``no_access``, and candidate selection leaves them out before.
+
+:func:`decide` is :class:`HintRules` made for the hint, then asked about the
+recipient. A caller deciding one hint for many recipients (the consumer round)
+makes the :class:`HintRules` once and asks it per recipient: what depends on
+the hint alone (whether it may coalesce or wait, the window it would open,
+the device it is about) is then worked out once, not per recipient.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from bothy_notify.config import Level
+from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify.domain.model import (
     DESKTOP_PLATFORMS,
     Decision,
@@ -101,75 +109,118 @@ def decide(
         :class:`Skip` with a reason, :class:`Fold` into an open window, or
         :class:`Delivery` with at least one route.
     """
-    user = facts.user_id
-    if user == hint.actor_id or not (facts.human and facts.active and facts.has_access):
-        return Skip(user, SkipReason.NO_ACCESS)
-    chosen = effective_kind(hint, facts)
-    if chosen is None:
-        return Skip(user, SkipReason.PREFERENCE)
-    kind, category = chosen
-    if hint.message_seq > 0 and facts.read_position >= hint.message_seq:
-        return Skip(user, SkipReason.READ)
+    return HintRules.of(hint, policy, now).decide(facts, window)
 
-    coalescing = (
-        not hint.is_flush
-        and hint.thread_id is not None
-        and hint.message_id is not None
-        and hint.message_seq > 0
-        and policy.coalesce_window > _ZERO
-    )
-    if coalescing and window is not None and window.is_open(now):
-        return Fold(
-            user,
-            fold_into(window, hint.message_seq, hint.message_id or "", mentioned=kind == _MENTION),
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class HintRules:
+    """The rules above for one hint, with what depends on the hint alone worked out.
+
+    Build with :meth:`of`; :meth:`decide` per recipient.
+
+    Attributes:
+        hint: the hint.
+        now: the round's time.
+        coalescing: the hint may fold into, or open, a coalescing window.
+        opens: the window a routed delivery opens (``None`` without coalescing).
+        delay: the mobile delay this hint waits while a desktop is active (zero:
+            it never waits).
+        excluded: the device no route may go to (a security hint's target).
+    """
+
+    hint: Hint
+    now: datetime
+    coalescing: bool
+    opens: Window | None
+    delay: timedelta
+    excluded: str | None
+
+    @classmethod
+    def of(cls, hint: Hint, policy: Policy, now: datetime) -> HintRules:
+        coalescing = (
+            not hint.is_flush
+            and hint.thread_id is not None
+            and hint.message_id is not None
+            and hint.message_seq > 0
+            and policy.coalesce_window > _ZERO
         )
+        opens = (
+            open_window(now, policy.coalesce_window, hint.message_seq, hint.message_id or "")
+            if coalescing
+            else None
+        )
+        delay = (
+            policy.mobile_delay if hint.message_seq > 0 and policy.mobile_delay > _ZERO else _ZERO
+        )
+        excluded = hint.target_id if hint.kind == _SECURITY else None
+        return cls(hint, now, coalescing, opens, delay, excluded)
 
-    presence = facts.presence
-    if (
-        presence
-        and hint.thread_id is not None
-        and any(hint.thread_id in entry.focus and not entry.idle for entry in presence)
-    ):
-        return Skip(user, SkipReason.ACTIVE_IN_THREAD)
+    def decide(self, facts: RecipientFacts, window: Window | None = None) -> Decision:
+        """How ``facts.user_id`` hears about the hint (see :func:`decide`)."""
+        hint = self.hint
+        user = facts.user_id
+        if user == hint.actor_id or not (facts.human and facts.active and facts.has_access):
+            return Skip(user, SkipReason.NO_ACCESS)
+        chosen = effective_kind(hint, facts)
+        if chosen is None:
+            return Skip(user, SkipReason.PREFERENCE)
+        kind, category = chosen
+        if hint.message_seq > 0 and facts.read_position >= hint.message_seq:
+            return Skip(user, SkipReason.READ)
 
-    excluded = hint.target_id if hint.kind == _SECURITY else None
-    routes: list[Route] = []
-    live: set[str] = set()
-    for entry in presence:
-        if entry.device_id in live or entry.device_id == excluded:
-            continue
-        live.add(entry.device_id)
-        routes.append(Route(Via.GATEWAY, entry.device_id))
+        if self.coalescing and window is not None and window.is_open(self.now):
+            return Fold(
+                user,
+                fold_into(
+                    window, hint.message_seq, hint.message_id or "", mentioned=kind == _MENTION
+                ),
+            )
 
-    desktop_active = bool(presence) and any(
-        entry.platform in DESKTOP_PLATFORMS and not entry.idle for entry in presence
-    )
-    delay = (
-        policy.mobile_delay
-        if desktop_active and hint.message_seq > 0 and policy.mobile_delay > _ZERO
-        else _ZERO
-    )
-    for device in facts.devices:
-        if device.device_id in live or device.device_id == excluded or not device.registrations:
-            continue
-        if delay:
-            routes.append(Route(Via.PUSH_DELAYED, device.device_id, device.registrations, delay))
+        excluded = self.excluded
+        presence = facts.presence
+        routes: list[Route] = []
+        if not presence:  # nobody connected: every device with a registration, at once
+            for device in facts.devices:
+                if device.registrations and device.device_id != excluded:
+                    routes.append(Route(Via.PUSH, device.device_id, device.registrations))
         else:
-            routes.append(Route(Via.PUSH, device.device_id, device.registrations))
+            if hint.thread_id is not None and any(
+                hint.thread_id in entry.focus and not entry.idle for entry in presence
+            ):
+                return Skip(user, SkipReason.ACTIVE_IN_THREAD)
+            live: set[str] = set()
+            for entry in presence:
+                if entry.device_id in live or entry.device_id == excluded:
+                    continue
+                live.add(entry.device_id)
+                routes.append(Route(Via.GATEWAY, entry.device_id))
+            desktop_active = any(
+                entry.platform in DESKTOP_PLATFORMS and not entry.idle for entry in presence
+            )
+            delay = self.delay if desktop_active else _ZERO
+            for device in facts.devices:
+                if (
+                    device.device_id in live
+                    or device.device_id == excluded
+                    or not device.registrations
+                ):
+                    continue
+                if delay:
+                    routes.append(
+                        Route(Via.PUSH_DELAYED, device.device_id, device.registrations, delay)
+                    )
+                else:
+                    routes.append(Route(Via.PUSH, device.device_id, device.registrations))
 
-    if not routes:
-        return Skip(user, SkipReason.NO_REGISTRATION)
+        if not routes:
+            return Skip(user, SkipReason.NO_REGISTRATION)
 
-    if hint.count is not None:
-        count = hint.count
-    elif hint.message_seq > 0:
-        count = max(1, hint.message_seq - facts.read_position)
-    else:
-        count = 1
-    opens = (
-        open_window(now, policy.coalesce_window, hint.message_seq, hint.message_id or "")
-        if coalescing
-        else None
-    )
-    quiet = hint.quiet and kind != _MENTION if not hint.is_flush else hint.quiet
-    return Delivery(user, kind, category, count, quiet, tuple(routes), opens)
+        if hint.count is not None:
+            count = hint.count
+        elif hint.message_seq > 0:
+            count = max(1, hint.message_seq - facts.read_position)
+        else:
+            count = 1
+        quiet = hint.quiet and kind != _MENTION if not hint.is_flush else hint.quiet
+        return Delivery(user, kind, category, count, quiet, tuple(routes), self.opens)

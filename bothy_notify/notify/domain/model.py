@@ -1,7 +1,9 @@
 """Values of the decision: hints, facts, routes, skips, coalescing windows.
 
 All are frozen dataclasses built at the edges (the round builds facts from the
-store and the presence view) and passed inward.
+store and the presence view) and passed inward. The round builds several per
+recipient, so they take :func:`~bothy_notify.kernel.values.fast_init`'s cheaper
+``__init__`` (same signature, still frozen).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from datetime import datetime, timedelta
 
 from bothy_notify.config import Level
 from bothy_notify.kernel.presence import PresenceEntry
+from bothy_notify.kernel.values import fast_init
 
 DESKTOP_PLATFORMS = frozenset({"macos", "windows"})
 """Platforms whose live, non-idle connection delays pushes to the person's phones."""
@@ -55,6 +58,7 @@ BUILTIN_KIND_CATEGORY = {
 }
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Hint:
     """Something a person may hear about, before it is decided per recipient.
@@ -91,6 +95,7 @@ class Hint:
     mv: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Device:
     """An active device of the recipient and its active push registrations."""
@@ -100,6 +105,7 @@ class Device:
     registrations: tuple[str, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RecipientFacts:
     """Everything the decision knows about one recipient of one hint.
@@ -140,6 +146,7 @@ class Policy:
     coalesce_window: timedelta
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Route:
     """One device's way to hear about a hint.
@@ -154,6 +161,7 @@ class Route:
     delay: timedelta = timedelta(0)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Window:
     """An open coalescing window of one (recipient, thread).
@@ -176,6 +184,7 @@ class Window:
         return now < self.closes_at
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Skip:
     """No hint for this recipient, and why."""
@@ -184,6 +193,7 @@ class Skip:
     reason: SkipReason
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Fold:
     """The message was folded into the recipient's open window (no hint now)."""
@@ -192,6 +202,7 @@ class Fold:
     window: Window
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """The recipient hears about the hint through ``routes``.
