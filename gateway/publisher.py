@@ -7,7 +7,8 @@ Admission (SPEC section 8, point 5), checked for every frame:
   (one database check per publish, so a revocation applied after the job's
   own check still stops the frame), unless the caller says it has just read
   exactly that in its own check, with no database call since
-  (``access_checked``: a gateway hint checked right after the round's commit);
+  (``access_checked``: a gateway hint's job check, right after the round's
+  commit or right after the claim, read access for the whole batch);
 - ``resource.kind = user``: only when the resource is the audience itself (a
   hint without a thread reaches that person alone);
 - a hint is never sent to the device it is about (``payload.target_id``), so

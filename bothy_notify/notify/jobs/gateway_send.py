@@ -23,7 +23,12 @@ one statement on the round's connection, and the jobs go to the runner in
 memory with that verdict. Step 1 is then also the publish's read-access check
 (the same rule, read after everything the round committed, with no database
 call between it and the frame), so the publisher makes no query of its own.
-Jobs claimed the ordinary way keep both queries.
+Jobs claimed the ordinary way (another node's round, a flush, a runner that
+had no room) are checked by :meth:`GatewaySendHandler.run_batch` in one
+statement for the whole batch, and that statement stands for the publishes'
+access check the same way: their frames follow it with no database call
+between (before, each publish read access again, one worker-thread round trip
+per job, in series).
 """
 
 from __future__ import annotations
@@ -92,7 +97,9 @@ class GatewaySendHandler:
         now = self._clock.now()
         # Step 1 is one statement, so it is its own transaction (no BEGIN/COMMIT trips).
         checked = await self._db.run(lambda c: self.check(c, jobs, now), transaction=False)
-        await self._publish(jobs, checked, report, access_checked=False)
+        # Step 1 read access for every job just now, and nothing touches the database
+        # before the last frame is queued: it stands for the publishes' own check.
+        await self._publish(jobs, checked, report, access_checked=True)
 
     def checked(self, verdicts: dict[int, Verdict]) -> JobHandler:
         """A handler for jobs whose step 1 already ran (``verdicts`` by job id), in a
