@@ -65,6 +65,9 @@ _HTTP_END = b"\r\n\r\n"
 RECEIVE_BYTES = 4096
 """Bytes read from the socket at a time (as trio-websocket read): a client's ops are small."""
 
+_OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
+"""A transport's states: messages flow; our close frame is sent; nothing more."""
+
 _OPCODE_TEXT = 0x1
 _OPCODE_BINARY = 0x2
 
@@ -447,10 +450,6 @@ class WebSocketTransport:
             if not data:
                 return
             self._frames.receive_bytes(data)
-
-
-_OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
-"""A transport's states: messages flow; our close frame is sent; nothing more."""
 
 
 def split_listen(address: str) -> tuple[str, int]:
