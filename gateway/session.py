@@ -219,6 +219,14 @@ async def _converse(transport: Transport, conn: Connection, ctx: SessionContext)
     """The protocol. Waits for client frames under a deadline on ``conn.scope``
     (one scope per connection keeps an idle connection small): identify within
     ``sync.identify_timeout``, then a frame within the heartbeat timeout."""
+    await _hello(transport, conn, ctx)
+    while True:
+        await _serve_op(transport, conn, ctx)
+
+
+async def _hello(transport: Transport, conn: Connection, ctx: SessionContext) -> None:
+    """Hello, then the client's identify. Its own function, so the identify frame
+    (and its token) is not kept while the connection waits for the next frame."""
     settings = ctx.settings
     await conn.put(hello_frame(settings.heartbeat_ms))
     conn.scope.deadline = trio.current_time() + settings.identify_timeout
@@ -227,19 +235,22 @@ async def _converse(transport: Transport, conn: Connection, ctx: SessionContext)
     op = _decode(message, conn, ctx)
     assert isinstance(op, Identify)  # check_allowed admits nothing else before identify
     await _identify(op, conn, ctx)
-    while True:
-        conn.scope.deadline = trio.current_time() + settings.heartbeat_timeout
-        message = await transport.receive()
-        conn.scope.deadline = math.inf
-        op = _decode(message, conn, ctx)
-        if isinstance(op, Focus):
-            await _focus(op, conn, ctx)
-        elif isinstance(op, Read):
-            await _read(op, conn, ctx)
-        elif isinstance(op, Ping):
-            await conn.put(pong_frame())
-        elif isinstance(op, Reauth):
-            await _reauth(op, conn, ctx)
+
+
+async def _serve_op(transport: Transport, conn: Connection, ctx: SessionContext) -> None:
+    """Wait for one client frame within the heartbeat timeout and serve it."""
+    conn.scope.deadline = trio.current_time() + ctx.settings.heartbeat_timeout
+    message = await transport.receive()
+    conn.scope.deadline = math.inf
+    op = _decode(message, conn, ctx)
+    if isinstance(op, Focus):
+        await _focus(op, conn, ctx)
+    elif isinstance(op, Read):
+        await _read(op, conn, ctx)
+    elif isinstance(op, Ping):
+        await conn.put(pong_frame())
+    elif isinstance(op, Reauth):
+        await _reauth(op, conn, ctx)
 
 
 def _decode(message: str | bytes, conn: Connection, ctx: SessionContext) -> ClientOp:

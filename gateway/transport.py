@@ -1,26 +1,35 @@
-"""Our adapter over trio-websocket: the only module that imports the library.
+"""Our WebSocket server over wsproto: the only module that imports a WebSocket library.
 
 The hub and the sessions see a :class:`Transport` (receive one message, send
 one text frame, close with a code) and :func:`serve_websockets`, which
 accepts connections on a path and hands each one to a handler. Replacing the
 WebSocket library means rewriting this module only.
 
-Two things the library does not do are done here, in :class:`FramedStream`,
-the byte stream placed between the TCP socket and the library:
+wsproto is sans-IO: nothing here runs a task of its own. The connection's
+task (the session) reads the socket when it waits for a message and feeds
+wsproto, answering pings and the peer's close frame as they come; sends go
+straight to the socket. The upgrade's state (h11's parser, the request) is
+dropped once the connection is accepted. An idle connection so holds its
+session task, the socket, and a few small objects (``docs/performance.md``,
+"gateway").
 
-- **Oversized client messages.** trio-websocket closes with 1009 when a
-  message exceeds its limit; the gateway must close with 4003. The stream
+Three things are done in :class:`FramedStream`, the byte stream placed
+between the TCP socket and wsproto:
+
+- **Oversized client messages.** The gateway must close with 4003 when a
+  message exceeds ``sync.max_frame_bytes``, without buffering it. The stream
   reads the client's frame headers as bytes pass through; the first frame
-  that takes a message past ``sync.max_frame_bytes`` is swallowed whole (never
-  buffered) together with the rest of that message, and the session is told,
-  so it closes with 4003 while the close handshake still works.
+  that takes a message past the limit is swallowed whole (never buffered)
+  together with the rest of that message, and the session is told, so it
+  closes with 4003 while the close handshake still works.
 - **Writes that are cut off.** A write bounded by ``sync.write_timeout`` may be
   cancelled halfway through a frame. The stream keeps the unsent bytes and
   sends them before anything else, so the framing survives and a later close
-  frame (4014) still reaches a client that resumes reading.
-- **Invalid UTF-8.** The library closes with 1007 when a text message is not
-  UTF-8; the gateway must close with 4003. The stream hands text frames to the
-  library as binary ones and remembers which messages were text; the
+  frame (4014) still reaches a client that resumes reading. It also
+  serializes writers (the session's pong or close, the connection's writer).
+- **Invalid UTF-8.** wsproto would fail a text message that is not UTF-8
+  (1007); the gateway must close with 4003. The stream hands text frames to
+  wsproto as binary ones and remembers which messages were text; the
   transport decodes them itself, and a text message that is not UTF-8 comes
   out as bytes, which the protocol refuses as a malformed frame.
 
@@ -33,13 +42,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Protocol
 
 import trio
-import trio_websocket
+from wsproto.connection import ConnectionType
+from wsproto.events import AcceptConnection, RejectConnection, Request
+from wsproto.frame_protocol import FrameProtocol, Opcode, ParseFailed
+from wsproto.handshake import H11Handshake
+from wsproto.utilities import RemoteProtocolError
 
 from bothy_notify.kernel.sockets import open_shared_listener
 from gateway.errors import FrameTooLarge, TransportClosed
@@ -50,8 +62,11 @@ log = logging.getLogger("bothy.gateway.transport")
 _HTTP_END = b"\r\n\r\n"
 """Where the upgrade request ends and WebSocket frames begin."""
 
-LIBRARY_QUEUE = 1
-"""Messages the library buffers ahead of the session; one keeps TCP backpressure."""
+RECEIVE_BYTES = 4096
+"""Bytes read from the socket at a time (as trio-websocket read): a client's ops are small."""
+
+_OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
+"""A transport's states: messages flow; our close frame is sent; nothing more."""
 
 _OPCODE_TEXT = 0x1
 _OPCODE_BINARY = 0x2
@@ -100,7 +115,7 @@ class Transport(Protocol):
 
 
 class FramedStream(trio.abc.Stream):
-    """The TCP stream under the library: guards message size, keeps cut-off writes.
+    """The TCP stream under wsproto: guards message size, keeps cut-off writes.
 
     Args:
         stream: the accepted TCP stream.
@@ -117,6 +132,8 @@ class FramedStream(trio.abc.Stream):
         "_message_bytes",
         "_passing",
         "_payload_left",
+        "_sending",
+        "_sent",
         "_stream",
         "_text",
         "_unsent",
@@ -136,7 +153,9 @@ class FramedStream(trio.abc.Stream):
         self._passing = True
         self._message_bytes = 0
         self._dropping = False
-        self._text: deque[bool] | None = None  # per message passed on: was it text?
+        self._text: list[bool] | None = None  # per message passed on: was it text?
+        self._sending = False  # a task is in send_all's loop
+        self._sent: trio.Event | None = None  # set when that task leaves it
         self.oversized = False  # a client message went past the limit: close with 4003
         self.on_oversized: Callable[[], None] | None = None
 
@@ -146,15 +165,33 @@ class FramedStream(trio.abc.Stream):
     # -- sending: never lose bytes of a frame that was started -------------------
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        """Send ``data`` after any bytes a cancelled send left behind."""
+        """Send ``data`` after any bytes a cancelled send left behind.
+
+        Tasks may send at once (the session's pong or close, the writer's
+        frames): the first one writes everything queued, the others wait for it
+        and return once their bytes are out, or take over if it was cancelled.
+        Cancelled while waiting, the bytes still go out, whole, before later ones.
+        """
         self._unsent += data
-        sock = self._stream.socket
-        try:
-            while self._unsent:
-                sent = await sock.send(self._unsent)
-                del self._unsent[:sent]
-        except OSError as exc:
-            raise trio.BrokenResourceError("the connection broke") from exc
+        while self._unsent:
+            if self._sending:
+                if self._sent is None:
+                    self._sent = trio.Event()
+                await self._sent.wait()
+                continue
+            self._sending = True
+            try:
+                sock = self._stream.socket
+                while self._unsent:
+                    sent = await sock.send(self._unsent)
+                    del self._unsent[:sent]
+            except OSError as exc:
+                raise trio.BrokenResourceError("the connection broke") from exc
+            finally:
+                self._sending = False
+                if self._sent is not None:
+                    self._sent.set()
+                    self._sent = None
 
     async def wait_send_all_might_not_block(self) -> None:
         """As the TCP stream's."""
@@ -163,7 +200,7 @@ class FramedStream(trio.abc.Stream):
     # -- receiving: watch message sizes ---------------------------------------------
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        """Bytes for the library, without the frames of an oversized message."""
+        """Bytes for wsproto, without the frames of an oversized message."""
         while True:
             data = await self._stream.receive_some(max_bytes)
             if not data:
@@ -177,10 +214,15 @@ class FramedStream(trio.abc.Stream):
         await self._stream.aclose()
 
     def was_text(self) -> bool:
-        """Whether the next message the library delivers was sent as text (each
-        message passed on is asked about once, in order)."""
+        """Whether the next message passed on was sent as text (each message
+        passed on is asked about once, in order)."""
         text = self._text
-        return text.popleft() if text else False
+        if not text:
+            return False
+        was = text.pop(0)
+        if not text:
+            self._text = None  # an idle connection keeps no list
+        return was
 
     def _filter(self, data: bytes) -> bytes:
         if self._in_http:
@@ -241,9 +283,9 @@ class FramedStream(trio.abc.Stream):
                         self.on_oversized()
             elif opcode != 0:  # the first frame of a message that is passed on
                 if self._text is None:
-                    self._text = deque()
+                    self._text = []
                 self._text.append(opcode == _OPCODE_TEXT)
-                if opcode == _OPCODE_TEXT:  # the library must not judge its UTF-8
+                if opcode == _OPCODE_TEXT:  # wsproto must not judge its UTF-8
                     header[0] = (header[0] & 0xF0) | _OPCODE_BINARY
             if fin:
                 self._message_bytes = 0
@@ -261,19 +303,30 @@ def _extended_length_bytes(second: int) -> int:
 
 
 class WebSocketTransport:
-    """A :class:`Transport` over one trio-websocket server connection."""
+    """A :class:`Transport` over one accepted connection, driven through wsproto.
 
-    __slots__ = ("_pending", "_stream", "_ws")
+    No task of its own: the session's task reads the socket in :meth:`receive`
+    (answering pings and the peer's close there), and whoever sends writes
+    through :meth:`FramedStream.send_all`, which serializes writers.
 
-    def __init__(
-        self, ws: trio_websocket.WebSocketConnection, stream: FramedStream, pending: Pending
-    ) -> None:
-        self._ws = ws
+    Args:
+        frames: the connection's wsproto frame protocol, after the upgrade.
+        stream: the connection's :class:`FramedStream`.
+        pending: its place among the unidentified connections.
+    """
+
+    __slots__ = ("_frames", "_parts", "_peer_code", "_pending", "_state", "_stream")
+
+    def __init__(self, frames: FrameProtocol, stream: FramedStream, pending: Pending) -> None:
+        self._frames = frames
         self._stream = stream
         self._pending = pending
+        self._state = _OPEN
+        self._peer_code: int | None = None  # the code of the peer's close frame
+        self._parts: list[bytes] | None = None  # fragments of a message being received
 
     def __repr__(self) -> str:
-        return "WebSocketTransport()"
+        return f"WebSocketTransport(state={self._state})"
 
     def on_oversized(self, callback: Callable[[], None]) -> None:
         self._stream.on_oversized = callback
@@ -289,15 +342,66 @@ class WebSocketTransport:
         self._pending.leave()
 
     async def receive(self) -> str | bytes:
-        if self._stream.oversized:
-            raise FrameTooLarge()
-        try:
-            message = await self._ws.get_message()
-        except trio_websocket.ConnectionClosed as exc:
+        while True:
             if self._stream.oversized:
-                raise FrameTooLarge() from None
-            raise TransportClosed(_peer_code(exc)) from None
-        if isinstance(message, bytes) and self._stream.was_text():
+                raise FrameTooLarge()
+            if self._state != _OPEN:
+                raise TransportClosed(self._peer_code)
+            message = await self._next_buffered()
+            if message is not None:
+                return message
+            if self._state != _OPEN:  # the peer's close frame, answered
+                raise TransportClosed(self._peer_code)
+            try:
+                data = await self._stream.receive_some(RECEIVE_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:  # the connection ended without a close frame
+                self._state = _CLOSED
+                if self._stream.oversized:
+                    raise FrameTooLarge()
+                raise TransportClosed(None)
+            self._frames.receive_bytes(data)
+
+    async def _next_buffered(self) -> str | bytes | None:
+        """The next whole message among the bytes received so far, or ``None``;
+        answers pings and the peer's close frame on the way."""
+        try:
+            for frame in self._frames.received_frames():
+                opcode = frame.opcode
+                if opcode is Opcode.PING:
+                    assert isinstance(frame.payload, bytes | bytearray)
+                    await self._send_frame(self._frames.pong(frame.payload))
+                elif opcode is Opcode.CLOSE:
+                    assert isinstance(frame.payload, tuple)
+                    code, reason = frame.payload
+                    self._peer_code = int(code)
+                    with contextlib.suppress(TransportClosed):
+                        await self._send_frame(self._frames.close(code, reason))
+                    self._state = _CLOSED
+                    return None
+                elif opcode is not Opcode.PONG:  # a data frame
+                    message = self._message(frame.payload, frame.message_finished)
+                    if message is not None:
+                        return message
+        except ParseFailed as exc:  # as trio-websocket did: ended, no close frame
+            self._state, self._peer_code = _CLOSED, int(exc.code)
+        return None
+
+    def _message(self, payload: object, finished: bool) -> str | bytes | None:
+        # Text frames reach wsproto as binary ones (FramedStream): payloads are bytes.
+        assert isinstance(payload, bytes | bytearray)
+        if not finished:
+            if self._parts is None:
+                self._parts = []
+            self._parts.append(bytes(payload))
+            return None
+        if self._parts is None:
+            message = bytes(payload)
+        else:
+            self._parts.append(bytes(payload))
+            message, self._parts = b"".join(self._parts), None
+        if self._stream.was_text():
             try:
                 return message.decode("utf-8")
             except UnicodeDecodeError:
@@ -305,18 +409,47 @@ class WebSocketTransport:
         return message
 
     async def send(self, text: str) -> None:
+        if self._state != _OPEN:
+            raise TransportClosed(self._peer_code)
+        await self._send_frame(self._frames.send_data(text))
+
+    async def _send_frame(self, data: bytearray) -> None:
         try:
-            await self._ws.send_message(text)
-        except trio_websocket.ConnectionClosed as exc:
-            raise TransportClosed(_peer_code(exc)) from None
+            await self._stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._state = _CLOSED
+            raise TransportClosed(self._peer_code) from None
 
     async def close(self, code: int, reason: str) -> None:
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self._ws.aclose(code, reason)
+        if self._state != _OPEN:
+            return
+        self._state = _CLOSING
+        try:
+            await self._send_frame(self._frames.close(code, reason))
+            await self._wait_peer_close()
+        except TransportClosed:
+            pass
+        finally:
+            self._state = _CLOSED
 
-
-def _peer_code(exc: trio_websocket.ConnectionClosed) -> int | None:
-    return exc.reason.code if exc.reason is not None else None
+    async def _wait_peer_close(self) -> None:
+        """Read (and drop) until the peer's close frame or the end of the
+        connection: closing the socket with unread bytes would reset it, and the
+        client could lose the close frame."""
+        while True:
+            try:
+                for frame in self._frames.received_frames():
+                    if frame.opcode is Opcode.CLOSE:
+                        return
+            except ParseFailed:
+                return
+            try:
+                data = await self._stream.receive_some(RECEIVE_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not data:
+                return
+            self._frames.receive_bytes(data)
 
 
 def split_listen(address: str) -> tuple[str, int]:
@@ -402,24 +535,24 @@ async def _serve_one(
 ) -> None:
     framed = FramedStream(stream, max_frame_bytes)
     try:
-        async with trio.open_nursery() as library:
+        async with trio.open_nursery() as nursery:
 
             def drop() -> None:  # evicted during the upgrade (the handler takes over after it)
                 on_dropped()
-                library.cancel_scope.cancel()
+                nursery.cancel_scope.cancel()
 
             entry = pending.enter(drop)
             try:
-                ws: trio_websocket.WebSocketConnection | None = None
+                frames: FrameProtocol | None = None
                 with trio.move_on_after(handshake_timeout):
-                    ws = await _handshake(library, framed, path, max_frame_bytes)
-                if ws is not None:
-                    await handler(WebSocketTransport(ws, framed, entry), library)
+                    frames = await _handshake(framed, path)
+                if frames is not None:
+                    await handler(WebSocketTransport(frames, framed, entry), nursery)
             except _ENDED:
                 pass
             finally:
                 entry.leave()
-                library.cancel_scope.cancel()
+                nursery.cancel_scope.cancel()
     except Exception as exc:  # one broken connection must never stop the listener
         log.warning("gateway connection failed", extra={"error_type": type(exc).__name__})
     finally:
@@ -427,26 +560,31 @@ async def _serve_one(
             await framed.aclose()
 
 
-_ENDED = (
-    trio_websocket.HandshakeError,
-    trio_websocket.ConnectionClosed,
-    trio.BrokenResourceError,
-    trio.ClosedResourceError,
-)
+_ENDED = (trio.BrokenResourceError, trio.ClosedResourceError)
 """The connection ended below the protocol; nothing is left to do but close the socket."""
 
 
-async def _handshake(
-    library: trio.Nursery,
-    framed: FramedStream,
-    path: str,
-    max_frame_bytes: int,
-) -> trio_websocket.WebSocketConnection | None:
-    """The HTTP upgrade; ``None`` when the path is not served (answered with 404)."""
-    request = await trio_websocket.wrap_server_stream(
-        library, framed, message_queue_size=LIBRARY_QUEUE, max_message_size=max_frame_bytes
-    )
-    if request.path.partition("?")[0] != path:
-        await request.reject(404)
-        return None
-    return await request.accept()
+async def _handshake(framed: FramedStream, path: str) -> FrameProtocol | None:
+    """The HTTP upgrade: the frame protocol of the accepted connection, or ``None``
+    when the request is refused (a path not served: 404; not a WebSocket
+    upgrade: 400 or 426) or the peer went away. The handshake's state (h11's
+    parser, the request) is dropped once it is over."""
+    handshake = H11Handshake(ConnectionType.SERVER)
+    while True:
+        data = await framed.receive_some(RECEIVE_BYTES)
+        if not data:
+            return None
+        try:
+            handshake.receive_data(data)
+        except RemoteProtocolError as exc:
+            if exc.event_hint is not None:
+                await framed.send_all(handshake.send(exc.event_hint))
+            return None
+        for event in handshake.events():
+            if not isinstance(event, Request):
+                continue
+            if event.target.partition("?")[0] != path:
+                await framed.send_all(handshake.send(RejectConnection(status_code=404)))
+                return None
+            await framed.send_all(handshake.send(AcceptConnection()))
+            return FrameProtocol(client=False, extensions=[])
