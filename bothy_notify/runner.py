@@ -1,12 +1,19 @@
 """The job runner: claims due jobs, runs their handlers, records results.
 
 Jobs are claimed in batches (``FOR UPDATE SKIP LOCKED``) up to
-``jobs.concurrency`` in flight per node, grouped by kind and handed to that
+``jobs.concurrency`` running per node, grouped by kind and handed to that
 kind's :class:`JobHandler` as one batch (so a handler can read its facts with
 one query). Each job's result goes to a completer task that records results in
 batches, each batch in one transaction together with the handler's effects
 (for example a registration's strike count), so an effect and its job's state
 commit together.
+
+A job holds its concurrency slot until its result is reported (handed to the
+completer), not until it is recorded: the claim loop claims the next jobs
+while the last ones are being recorded. The jobs claimed and not yet recorded
+are kept apart (``_in_flight``): their leases are renewed and a shutdown gives
+them back, whether their result was reported or not. The results channel
+(``jobs.concurrency`` deep) bounds how far reporting runs ahead of recording.
 
 Claimed jobs keep their lease while they run (a renewal task extends it), so
 only a crashed node's jobs run again. On shutdown the runner stops claiming,
@@ -226,6 +233,9 @@ class JobRunner:
         self._poll = poll_interval.total_seconds()
         self._metrics = metrics
         self._in_flight: dict[Fence, Job] = {}
+        """Claimed and not yet recorded: renewed, and given back on shutdown."""
+        self._running = 0
+        """Claimed and not yet reported: the jobs holding a ``jobs.concurrency`` slot."""
         self._wake = trio.Event()
         self._freed = trio.Event()
         self._stopping = False
@@ -246,7 +256,8 @@ class JobRunner:
         return sorted(self._handlers)
 
     def statistics(self) -> dict[str, int]:
-        return {"in_flight": len(self._in_flight)}
+        """``in_flight``: claimed, not yet recorded; ``running``: not yet reported."""
+        return {"in_flight": len(self._in_flight), "running": self._running}
 
     def nudge(self) -> None:
         """Wake the claim loop (new jobs may be due)."""
@@ -290,6 +301,7 @@ class JobRunner:
         kind = jobs[0].kind
         for job in jobs:
             self._in_flight[job.fence] = job
+        self._running += len(jobs)
         work.start_soon(self._run_group, handler or self._handlers[kind], list(jobs))
         return True
 
@@ -319,6 +331,7 @@ class JobRunner:
             self._config.concurrency
         )
         self._idle = trio.Event()
+        self._running = 0
         try:
             async with trio.open_nursery() as services:
                 services.start_soon(self._complete_loop)
@@ -334,6 +347,7 @@ class JobRunner:
         finally:
             self.running = False
             self._work = None
+            self._running = 0
             if self._in_flight:
                 fences = list(self._in_flight)
                 self._in_flight.clear()
@@ -352,9 +366,10 @@ class JobRunner:
     async def _claim_loop(self, work: trio.Nursery) -> None:
         kinds = self.kinds
         while not self._stopping:
-            free = self._config.concurrency - len(self._in_flight)
+            free = self._config.concurrency - self._running
             if free <= 0:
-                freed = self._freed
+                # A report frees a slot (set in _run_group's report).
+                self._freed = freed = trio.Event()
                 await freed.wait()
                 continue
             wake = self._wake
@@ -409,6 +424,7 @@ class JobRunner:
         for job in jobs:
             self._in_flight[job.fence] = job
             by_kind.setdefault(job.kind, []).append(job)
+        self._running += len(jobs)
         for kind, group in by_kind.items():
             work.start_soon(self._run_group, self._handlers[kind], group)
 
@@ -420,6 +436,10 @@ class JobRunner:
                 return
             reported.add(job.id)
             await self._results_send.send((job, result))
+            # Handed to the completer: the slot is free for the next claim, while the
+            # job stays in _in_flight (renewed, given back on shutdown) until recorded.
+            self._running -= 1
+            self._freed.set()
 
         try:
             await handler.run_batch(jobs, report)
@@ -494,8 +514,6 @@ class JobRunner:
                 "job results came after their lease was lost; another claim holds the jobs",
                 extra={"jobs": lost},
             )
-        freed, self._freed = self._freed, trio.Event()
-        freed.set()
         if self._stopping and not self._in_flight:
             self._idle.set()
 
