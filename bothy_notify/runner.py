@@ -57,7 +57,7 @@ import trio
 
 from bothy_notify.config import JobsConfig
 from bothy_notify.kernel.clock import Clock
-from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.metrics import Children, Metrics
 from bothy_notify.kernel.supervise import Supervised, error_type
 from bothy_notify.store import jobs as queue
 from bothy_notify.store.db import (
@@ -232,6 +232,7 @@ class JobRunner:
         self._config = config
         self._poll = poll_interval.total_seconds()
         self._metrics = metrics
+        self._finished = Children(metrics.jobs_finished)
         self._in_flight: dict[Fence, Job] = {}
         """Claimed and not yet recorded: renewed, and given back on shutdown."""
         self._running = 0
@@ -507,7 +508,7 @@ class JobRunner:
                 label = result.result
             else:
                 label = type(result).__name__.lower()
-            self._metrics.jobs_finished.labels(job.kind, label).inc()
+            self._finished(job.kind, label).inc()
         if lost:
             self.lost_leases += lost
             log.warning(
