@@ -247,6 +247,7 @@ class JobRunner:
         self._work: trio.Nursery | None = None
         self.running = False
         self.lost_leases = 0
+        self._claims = self._claimed = self._records = self._recorded = 0
         """Results dropped because another claim held the job by then (statistics)."""
 
     def __repr__(self) -> str:
@@ -257,8 +258,18 @@ class JobRunner:
         return sorted(self._handlers)
 
     def statistics(self) -> dict[str, int]:
-        """``in_flight``: claimed, not yet recorded; ``running``: not yet reported."""
-        return {"in_flight": len(self._in_flight), "running": self._running}
+        """``in_flight``: claimed, not yet recorded; ``running``: not yet reported;
+        ``claims``/``claimed``: claim queries that found jobs and the jobs they
+        found; ``records``/``recorded``: result batches recorded and their results
+        (since the runner was made)."""
+        return {
+            "in_flight": len(self._in_flight),
+            "running": self._running,
+            "claims": self._claims,
+            "claimed": self._claimed,
+            "records": self._records,
+            "recorded": self._recorded,
+        }
 
     def nudge(self) -> None:
         """Wake the claim loop (new jobs may be due)."""
@@ -395,6 +406,8 @@ class JobRunner:
                 await trio.sleep(self._poll)
                 continue
             if jobs:
+                self._claims += 1
+                self._claimed += len(jobs)
                 self._dispatch(work, jobs)
             if len(jobs) == limit:
                 await trio.lowlevel.checkpoint()
@@ -499,6 +512,8 @@ class JobRunner:
                 recorded.append((item[0], result))
             batch = recorded
         lost = 0
+        self._records += 1
+        self._recorded += len(batch)
         for job, result in batch:
             self._in_flight.pop(job.fence, None)
             if job.fence not in held:
