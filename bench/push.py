@@ -272,7 +272,7 @@ async def pipeline(
             await wait_finished(daemon, args.warmup)
 
         profiler = Profiler(args.profile) if args.profile else None
-        before = dict(daemon.runner.statistics()) if daemon.runner is not None else {}
+        counted = dict(daemon.runner.statistics()) if daemon.runner is not None else {}
         committed = await trio.to_thread.run_sync(insert_jobs, url, regs, args.jobs, args.warmup)
         meter = Meter(fake.pid, postmaster)
         occupancy: list[tuple[int, int]] = []
@@ -297,12 +297,12 @@ async def pipeline(
         out["cpu"] = meter.stop(args.jobs)
         if profiler is not None:
             profiler.stop()
-        if daemon.runner is not None and before:
+        if daemon.runner is not None and counted:
             after = daemon.runner.statistics()
-            claims = after["claims"] - before["claims"]
-            records = after["records"] - before["records"]
-            out["jobs_per_claim"] = (after["claimed"] - before["claimed"]) / max(1, claims)
-            out["results_per_record"] = (after["recorded"] - before["recorded"]) / max(1, records)
+            claims = after["claims"] - counted["claims"]
+            records = after["records"] - counted["records"]
+            out["jobs_per_claim"] = (after["claimed"] - counted["claimed"]) / max(1, claims)
+            out["results_per_record"] = (after["recorded"] - counted["recorded"]) / max(1, records)
         if occupancy:
             out["runner_in_flight_avg"] = sum(o[0] for o in occupancy) / len(occupancy)
             out["apns_in_flight_avg"] = sum(o[1] for o in occupancy) / len(occupancy)
