@@ -246,8 +246,8 @@ class JobRunner:
         self._renewer = Supervised("runner.renew", self._renew_loop, metrics=metrics)
         self._work: trio.Nursery | None = None
         self.running = False
-        self.lost_leases = 0
         self._claims = self._claimed = self._records = self._recorded = 0
+        self.lost_leases = 0
         """Results dropped because another claim held the job by then (statistics)."""
 
     def __repr__(self) -> str:
