@@ -272,6 +272,7 @@ async def pipeline(
             await wait_finished(daemon, args.warmup)
 
         profiler = Profiler(args.profile) if args.profile else None
+        counted = dict(daemon.runner.statistics()) if daemon.runner is not None else {}
         committed = await trio.to_thread.run_sync(insert_jobs, url, regs, args.jobs, args.warmup)
         meter = Meter(fake.pid, postmaster)
         occupancy: list[tuple[int, int]] = []
@@ -296,6 +297,12 @@ async def pipeline(
         out["cpu"] = meter.stop(args.jobs)
         if profiler is not None:
             profiler.stop()
+        if daemon.runner is not None and counted:
+            after = daemon.runner.statistics()
+            claims = after["claims"] - counted["claims"]
+            records = after["records"] - counted["records"]
+            out["jobs_per_claim"] = (after["claimed"] - counted["claimed"]) / max(1, claims)
+            out["results_per_record"] = (after["recorded"] - counted["recorded"]) / max(1, records)
         if occupancy:
             out["runner_in_flight_avg"] = sum(o[0] for o in occupancy) / len(occupancy)
             out["apns_in_flight_avg"] = sum(o[1] for o in occupancy) / len(occupancy)
@@ -545,7 +552,9 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"ratio pipeline/bare: {ratio:.2f}")
     print(
         f"pipeline occupancy: {figures.get('runner_in_flight_avg', 0):.0f} jobs in the runner,"
-        f" {figures.get('apns_in_flight_avg', 0):.0f} APNs sends in flight on average"
+        f" {figures.get('apns_in_flight_avg', 0):.0f} APNs sends in flight on average;"
+        f" {figures.get('jobs_per_claim', 0):.0f} jobs per claim,"
+        f" {figures.get('results_per_record', 0):.0f} results per recording transaction"
     )
     print(
         f"bare: {bare_figures['cpu_us_per_request']:.0f} us CPU per request in this process,"

@@ -1,12 +1,19 @@
 """The job runner: claims due jobs, runs their handlers, records results.
 
 Jobs are claimed in batches (``FOR UPDATE SKIP LOCKED``) up to
-``jobs.concurrency`` in flight per node, grouped by kind and handed to that
+``jobs.concurrency`` running per node, grouped by kind and handed to that
 kind's :class:`JobHandler` as one batch (so a handler can read its facts with
 one query). Each job's result goes to a completer task that records results in
 batches, each batch in one transaction together with the handler's effects
 (for example a registration's strike count), so an effect and its job's state
 commit together.
+
+A job holds its concurrency slot until its result is reported (handed to the
+completer), not until it is recorded: the claim loop claims the next jobs
+while the last ones are being recorded. The jobs claimed and not yet recorded
+are kept apart (``_in_flight``): their leases are renewed and a shutdown gives
+them back, whether their result was reported or not. The results channel
+(``jobs.concurrency`` deep) bounds how far reporting runs ahead of recording.
 
 Claimed jobs keep their lease while they run (a renewal task extends it), so
 only a crashed node's jobs run again. On shutdown the runner stops claiming,
@@ -50,7 +57,7 @@ import trio
 
 from bothy_notify.config import JobsConfig
 from bothy_notify.kernel.clock import Clock
-from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.metrics import Children, Metrics
 from bothy_notify.kernel.supervise import Supervised, error_type
 from bothy_notify.store import jobs as queue
 from bothy_notify.store.db import (
@@ -225,7 +232,11 @@ class JobRunner:
         self._config = config
         self._poll = poll_interval.total_seconds()
         self._metrics = metrics
+        self._finished = Children(metrics.jobs_finished)
         self._in_flight: dict[Fence, Job] = {}
+        """Claimed and not yet recorded: renewed, and given back on shutdown."""
+        self._running = 0
+        """Claimed and not yet reported: the jobs holding a ``jobs.concurrency`` slot."""
         self._wake = trio.Event()
         self._freed = trio.Event()
         self._stopping = False
@@ -235,6 +246,7 @@ class JobRunner:
         self._renewer = Supervised("runner.renew", self._renew_loop, metrics=metrics)
         self._work: trio.Nursery | None = None
         self.running = False
+        self._claims = self._claimed = self._records = self._recorded = 0
         self.lost_leases = 0
         """Results dropped because another claim held the job by then (statistics)."""
 
@@ -246,7 +258,18 @@ class JobRunner:
         return sorted(self._handlers)
 
     def statistics(self) -> dict[str, int]:
-        return {"in_flight": len(self._in_flight)}
+        """``in_flight``: claimed, not yet recorded; ``running``: not yet reported;
+        ``claims``/``claimed``: claim queries that found jobs and the jobs they
+        found; ``records``/``recorded``: result batches recorded and their results
+        (since the runner was made)."""
+        return {
+            "in_flight": len(self._in_flight),
+            "running": self._running,
+            "claims": self._claims,
+            "claimed": self._claimed,
+            "records": self._records,
+            "recorded": self._recorded,
+        }
 
     def nudge(self) -> None:
         """Wake the claim loop (new jobs may be due)."""
@@ -290,6 +313,7 @@ class JobRunner:
         kind = jobs[0].kind
         for job in jobs:
             self._in_flight[job.fence] = job
+        self._running += len(jobs)
         work.start_soon(self._run_group, handler or self._handlers[kind], list(jobs))
         return True
 
@@ -319,6 +343,7 @@ class JobRunner:
             self._config.concurrency
         )
         self._idle = trio.Event()
+        self._running = 0
         try:
             async with trio.open_nursery() as services:
                 services.start_soon(self._complete_loop)
@@ -334,6 +359,7 @@ class JobRunner:
         finally:
             self.running = False
             self._work = None
+            self._running = 0
             if self._in_flight:
                 fences = list(self._in_flight)
                 self._in_flight.clear()
@@ -352,9 +378,10 @@ class JobRunner:
     async def _claim_loop(self, work: trio.Nursery) -> None:
         kinds = self.kinds
         while not self._stopping:
-            free = self._config.concurrency - len(self._in_flight)
+            free = self._config.concurrency - self._running
             if free <= 0:
-                freed = self._freed
+                # A report frees a slot (set in _run_group's report).
+                self._freed = freed = trio.Event()
                 await freed.wait()
                 continue
             wake = self._wake
@@ -379,6 +406,8 @@ class JobRunner:
                 await trio.sleep(self._poll)
                 continue
             if jobs:
+                self._claims += 1
+                self._claimed += len(jobs)
                 self._dispatch(work, jobs)
             if len(jobs) == limit:
                 await trio.lowlevel.checkpoint()
@@ -409,6 +438,7 @@ class JobRunner:
         for job in jobs:
             self._in_flight[job.fence] = job
             by_kind.setdefault(job.kind, []).append(job)
+        self._running += len(jobs)
         for kind, group in by_kind.items():
             work.start_soon(self._run_group, self._handlers[kind], group)
 
@@ -420,6 +450,10 @@ class JobRunner:
                 return
             reported.add(job.id)
             await self._results_send.send((job, result))
+            # Handed to the completer: the slot is free for the next claim, while the
+            # job stays in _in_flight (renewed, given back on shutdown) until recorded.
+            self._running -= 1
+            self._freed.set()
 
         try:
             await handler.run_batch(jobs, report)
@@ -478,6 +512,8 @@ class JobRunner:
                 recorded.append((item[0], result))
             batch = recorded
         lost = 0
+        self._records += 1
+        self._recorded += len(batch)
         for job, result in batch:
             self._in_flight.pop(job.fence, None)
             if job.fence not in held:
@@ -487,15 +523,13 @@ class JobRunner:
                 label = result.result
             else:
                 label = type(result).__name__.lower()
-            self._metrics.jobs_finished.labels(job.kind, label).inc()
+            self._finished(job.kind, label).inc()
         if lost:
             self.lost_leases += lost
             log.warning(
                 "job results came after their lease was lost; another claim holds the jobs",
                 extra={"jobs": lost},
             )
-        freed, self._freed = self._freed, trio.Event()
-        freed.set()
         if self._stopping and not self._in_flight:
             self._idle.set()
 

@@ -22,6 +22,7 @@ import orjson
 
 from bothy_notify.config import Level
 from bothy_notify.kernel.presence import PresenceEntry, PresenceView
+from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify.domain.model import Device, Window
 from bothy_notify.store.db import Conn
 
@@ -391,6 +392,7 @@ def save_windows(conn: Conn, changed: Iterable[tuple[str, str, Window]]) -> None
             )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Reach:
     """What a send job checks about its recipient at send time.

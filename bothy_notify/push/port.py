@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
+from bothy_notify.kernel.values import fast_init
+
 
 class OutcomeKind(enum.StrEnum):
     DELIVERED = "delivered"
@@ -98,6 +100,7 @@ class Outcome:
         return cls(OutcomeKind.DEAD, None, reason)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PushMessage:
     """The content-free payload of a push: IDs, a kind, a count and a quiet flag.
@@ -182,6 +185,7 @@ Message = PushMessage | TopicMessage
 """What a provider sends: a hint (person mode) or a topic push (topic mode)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where a push goes: one registration. The repr shows no token, key or ID.

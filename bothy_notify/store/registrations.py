@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bothy_notify.kernel.ids import new_id
+from bothy_notify.kernel.values import fast_init
 from bothy_notify.store.db import Conn
 
 _COLUMNS = (
@@ -44,6 +45,7 @@ _DELIVERY_STAMP_GRANULARITY = timedelta(seconds=1)
 rarely wait on its row (a strike decision needs far coarser time)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Registration:
     """A stored registration. Its repr shows neither token nor signing key nor IDs."""

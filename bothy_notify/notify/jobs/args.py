@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Self
 
+from bothy_notify.kernel.values import fast_init
+
 PUSH_SEND = "notify.push_send"
 GATEWAY_SEND = "notify.gateway_send"
 FLUSH = "notify.flush"
@@ -35,14 +37,26 @@ class _Args:
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> Self:
+        names = _FIELDS.get(cls)
+        if names is None:
+            names = _FIELDS[cls] = tuple(
+                (f.name, f.type in ("bool", bool))
+                for f in fields(cls)  # type: ignore[arg-type]
+            )
         kwargs: dict[str, Any] = {}
-        for f in fields(cls):  # type: ignore[arg-type]
-            if f.name in args:
-                value = args[f.name]
-                kwargs[f.name] = bool(value) if f.type in ("bool", bool) else value
+        for name, is_bool in names:
+            if name in args:
+                value = args[name]
+                kwargs[name] = bool(value) if is_bool else value
         return cls(**kwargs)
 
 
+_FIELDS: dict[type[_Args], tuple[tuple[str, bool], ...]] = {}
+"""Each args type's field names and which are booleans (``dataclasses.fields`` once
+per type, not once per job: job args are parsed per claimed job)."""
+
+
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PushSendArgs(_Args):
     """``notify.push_send``: one registration; ``release_seq`` > 0 for a delayed push."""
@@ -62,6 +76,7 @@ class PushSendArgs(_Args):
     mv: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class GatewaySendArgs(_Args):
     """``notify.gateway_send``: one per (hint, recipient)."""

@@ -30,7 +30,8 @@ import trio
 
 from bothy_notify.config import PushConfig
 from bothy_notify.kernel.clock import Clock, from_unix_micros
-from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.metrics import Children, Metrics
+from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify import facts
 from bothy_notify.notify.domain import SkipReason, release_delayed
 from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs
@@ -48,6 +49,7 @@ back to the queue (a healthy provider frees permits in milliseconds)."""
 _RANDOM = random.Random()  # noqa: S311 - spreading retries, not cryptography
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class _Send:
     args: PushSendArgs
@@ -83,6 +85,8 @@ class PushSendHandler:
         self._config = config
         self._metrics = metrics
         self._mv = catalogue_version
+        self._sends = Children(metrics.push_sends)
+        self._delivery = Children(metrics.delivery_seconds)
         self.lifecycle = TokenLifecycle(config=config, metrics=metrics)
 
     def __repr__(self) -> str:
@@ -92,7 +96,11 @@ class PushSendHandler:
         now = self._clock.now()
         parsed = {job.id: PushSendArgs.from_args(job.args) for job in jobs}
         attempts = {job.id: (job.attempt, job.max_attempts) for job in jobs}
-        plans = await self._db.run(lambda c: self._check(c, parsed, attempts, now))
+        # Two reads, each its own statement: under READ COMMITTED a transaction would
+        # give them no common snapshot either, only BEGIN and COMMIT round trips.
+        plans = await self._db.run(
+            lambda c: self._check(c, parsed, attempts, now), transaction=False
+        )
         async with trio.open_nursery() as nursery:
             for job in jobs:
                 plan = plans[job.id]
@@ -174,15 +182,11 @@ class PushSendHandler:
             await report(job, Defer(after, "provider_busy"))
             return
         last_attempt = job.attempt >= job.max_attempts
-        self._metrics.push_sends.labels(
-            plan.target.provider, send_outcome(outcome, last_attempt=last_attempt)
-        ).inc()
+        self._sends(plan.target.provider, send_outcome(outcome, last_attempt=last_attempt)).inc()
         self.lifecycle.explain(plan.target.provider, outcome)
         if outcome.kind is not OutcomeKind.TRANSIENT:
             route = "push_delayed" if a.release_seq > 0 else "push"
-            self._metrics.delivery_seconds.labels(route).observe(
-                max(0.0, time.time() - a.appended_at / 1_000_000)
-            )
+            self._delivery(route).observe(max(0.0, time.time() - a.appended_at / 1_000_000))
         await report(job, self.result_for(job, plan, outcome))
 
     def result_for(self, job: Job, plan: _Send, outcome: Outcome) -> JobResult:
