@@ -51,7 +51,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import trio
 
@@ -143,6 +143,25 @@ class JobHandler(Protocol):
         ...
 
 
+@runtime_checkable
+class ChecksAtClaim(Protocol):
+    """A :class:`JobHandler` whose first step is one blocking statement over its
+    batch (``notify.gateway_send``'s check). The runner runs it in the worker
+    thread that claimed the jobs, right after the claim, and hands the jobs to
+    the handler :meth:`checked` returns: one worker-thread hop and one wake-up
+    less between the claim and the job's work."""
+
+    kind: str
+
+    def check(self, conn: Conn, jobs: Sequence[Job], now: datetime) -> Any:
+        """The check for ``jobs`` on ``conn`` (blocking; may raise)."""
+        ...
+
+    def checked(self, verdicts: Any) -> JobHandler:
+        """A handler that runs jobs whose :meth:`check` gave ``verdicts``."""
+        ...
+
+
 BACKOFF_BASE = timedelta(seconds=1)
 """First retry delay before jitter; doubles per attempt."""
 BACKOFF_CAP = timedelta(minutes=10)
@@ -229,6 +248,7 @@ class JobRunner:
         self._url = database_url
         self._clock = clock
         self._handlers: Mapping[str, JobHandler] = {h.kind: h for h in handlers}
+        self._check_at_claim = {h.kind for h in handlers if isinstance(h, ChecksAtClaim)}
         self._config = config
         self._poll = poll_interval.total_seconds()
         self._metrics = metrics
@@ -390,15 +410,8 @@ class JobRunner:
             limit = min(free, self._config.claim_batch)
             now = self._clock.now()
             try:
-                jobs, due = await self._db.run(
-                    partial(
-                        queue.claim_and_peek,
-                        now=now,
-                        limit=limit,
-                        lease=self._config.lease,
-                        kinds=kinds,
-                        node_id=self._node_id,
-                    ),
+                jobs, due, checked = await self._db.run(
+                    partial(self._claim, now=now, limit=limit, kinds=kinds),
                     transaction=False,  # the claim is one statement; the peek a read
                 )
             except StoreError:
@@ -408,7 +421,7 @@ class JobRunner:
             if jobs:
                 self._claims += 1
                 self._claimed += len(jobs)
-                self._dispatch(work, jobs)
+                self._dispatch(work, jobs, checked)
             if len(jobs) == limit:
                 await trio.lowlevel.checkpoint()
                 continue
@@ -433,14 +446,48 @@ class JobRunner:
                 if due is not None:
                     race.start_soon(until_due)
 
-    def _dispatch(self, work: trio.Nursery, jobs: list[Job]) -> None:
+    def _claim(
+        self, conn: Conn, *, now: datetime, limit: int, kinds: Sequence[str]
+    ) -> tuple[list[Job], datetime | None, dict[str, JobHandler]]:
+        """The claim, the checks of the claimed kinds that check at claim
+        (:class:`ChecksAtClaim`), and the peek (:func:`store.jobs.claim_and_peek`'s),
+        in this one worker-thread call. Blocking.
+
+        The claim commits on its own (one statement), so a check that fails
+        loses nothing: its jobs go to their handler unchecked, which checks them
+        itself. Returns the jobs, when the next one is due, and the checked
+        handlers by kind.
+        """
+        node_id = self._node_id
+        jobs = queue.claim(
+            conn, now=now, limit=limit, lease=self._config.lease, kinds=kinds, node_id=node_id
+        )
+        checked: dict[str, JobHandler] = {}
+        for kind in self._check_at_claim & {job.kind for job in jobs}:
+            handler = self._handlers[kind]
+            assert isinstance(handler, ChecksAtClaim)
+            group = [job for job in jobs if job.kind == kind]
+            try:
+                checked[kind] = handler.checked(handler.check(conn, group, now))
+            except Exception as exc:  # the handler's own check runs again, and reports
+                log.warning(
+                    "checking claimed jobs failed; their handler checks them",
+                    extra={"kind": kind, "error_type": error_type(exc)},
+                )
+        # The peek last: the checked jobs' work need not wait for it.
+        due = queue.next_due(conn, kinds, node_id) if len(jobs) < limit else None
+        return jobs, due, checked
+
+    def _dispatch(
+        self, work: trio.Nursery, jobs: list[Job], checked: Mapping[str, JobHandler]
+    ) -> None:
         by_kind: dict[str, list[Job]] = {}
         for job in jobs:
             self._in_flight[job.fence] = job
             by_kind.setdefault(job.kind, []).append(job)
         self._running += len(jobs)
         for kind, group in by_kind.items():
-            work.start_soon(self._run_group, self._handlers[kind], group)
+            work.start_soon(self._run_group, checked.get(kind) or self._handlers[kind], group)
 
     async def _run_group(self, handler: JobHandler, jobs: list[Job]) -> None:
         reported: set[int] = set()

@@ -232,3 +232,69 @@ async def test_shutdown_gives_back_a_job_that_did_not_finish(
             await runner.wait_idle()
         n.cancel_scope.cancel()
     assert [(s, a) for _id, s, a in await states(db)] == [("available", 0)]
+
+
+class CheckedAtClaim:
+    """A handler whose check runs in the claim's worker-thread call (``ChecksAtClaim``):
+    it reads each job's row on the claim's connection; ``fail`` makes the check raise."""
+
+    kind = "test.work"
+
+    def __init__(self, *, fail: bool = False) -> None:
+        self.fail = fail
+        self.checks: list[list[int]] = []
+        self.ran: list[tuple[str, int, object]] = []
+
+    def check(self, conn: object, jobs: Sequence[Job], now: datetime) -> dict[int, str]:
+        self.checks.append([job.id for job in jobs])
+        if self.fail:
+            raise RuntimeError("check failed")
+        rows = conn.execute(  # type: ignore[attr-defined]
+            "SELECT id, state FROM bothy.jobs WHERE id = ANY(%s)", ([job.id for job in jobs],)
+        ).fetchall()
+        return {int(i): str(state) for i, state in rows}
+
+    def checked(self, verdicts: dict[int, str]) -> CheckedRun:
+        return CheckedRun(self, verdicts)
+
+    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
+        for job in jobs:
+            self.ran.append(("unchecked", job.id, None))
+            await report(job, Done())
+
+
+class CheckedRun:
+    def __init__(self, parent: CheckedAtClaim, verdicts: dict[int, str]) -> None:
+        self.kind = parent.kind
+        self.parent, self.verdicts = parent, verdicts
+
+    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
+        for job in jobs:
+            self.parent.ran.append(("checked", job.id, self.verdicts.get(job.id)))
+            await report(job, Done())
+
+
+async def test_a_handler_that_checks_at_claim_gets_its_batch_checked_by_the_claim(
+    nursery: trio.Nursery, db: Database, database_url: str, clock: FakeClock
+) -> None:
+    handler = CheckedAtClaim()
+    await insert(db, clock, spec(clock), spec(clock))
+    await start_runner(nursery, db, database_url, clock, handler)
+    rows = await until_states(db, lambda r: len(r) == 2 and all(s == "completed" for _, s, _ in r))
+
+    ids = sorted(i for i, _, _ in rows)
+    assert sorted(i for batch in handler.checks for i in batch) == ids  # each checked once
+    # The check ran after the claim committed: it saw the jobs running.
+    assert sorted(handler.ran) == [("checked", i, "running") for i in ids]
+
+
+async def test_a_check_at_claim_that_fails_leaves_the_jobs_to_their_handler(
+    nursery: trio.Nursery, db: Database, database_url: str, clock: FakeClock
+) -> None:
+    handler = CheckedAtClaim(fail=True)
+    await insert(db, clock, spec(clock))
+    await start_runner(nursery, db, database_url, clock, handler)
+    rows = await until_states(db, lambda r: r and r[0][1] == "completed")
+
+    assert rows == [(rows[0][0], "completed", 1)]
+    assert handler.ran == [("unchecked", rows[0][0], None)]  # nothing lost, run once

@@ -24,11 +24,12 @@ memory with that verdict. Step 1 is then also the publish's read-access check
 (the same rule, read after everything the round committed, with no database
 call between it and the frame), so the publisher makes no query of its own.
 Jobs claimed the ordinary way (another node's round, a flush, a runner that
-had no room) are checked by :meth:`GatewaySendHandler.run_batch` in one
-statement for the whole batch, and that statement stands for the publishes'
-access check the same way: their frames follow it with no database call
-between (before, each publish read access again, one worker-thread round trip
-per job, in series).
+had no room) are checked in one statement for the whole batch, in the worker
+thread that claimed them (the handler is a ``runner.ChecksAtClaim``; should
+that check fail, :meth:`GatewaySendHandler.run_batch` checks them itself), and
+that statement stands for the publishes' access check the same way: their
+frames follow it with no database call between (before, each publish read
+access again, one worker-thread round trip per job, in series).
 """
 
 from __future__ import annotations
