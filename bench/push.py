@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -61,6 +60,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench._common import (  # noqa: E402
     Meter,
+    Profiler,
     bench_database,
     machine,
     machine_busy,
@@ -165,68 +165,6 @@ async def wait_finished(daemon: Daemon, target: int) -> None:
     # The runner has no completion event to wait on; polling its in-process counter is free.
     while finished(daemon) < target:  # noqa: ASYNC110
         await trio.sleep(0.01)
-
-
-class Profiler:
-    """``py-spy record`` on this process while the pipeline runs (``--profile FILE``):
-    collapsed stacks in FILE, and the top entries printed."""
-
-    def __init__(self, path: str) -> None:
-        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        if not Path(spy).exists():
-            raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
-        self.path = path
-        self.proc = subprocess.Popen(
-            [
-                spy,
-                "record",
-                "--pid",
-                str(os.getpid()),
-                "--threads",
-                "--format",
-                "raw",
-                "--rate",
-                "250",
-                "--output",
-                path,
-                "--nonblocking",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        time.sleep(1.0)  # py-spy attaches
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        self.proc.wait(30)
-        print_profile(self.path)
-
-
-def print_profile(path: str, top: int = 25) -> None:
-    """The functions with the most samples in a collapsed-stack file: own and total."""
-    own: dict[str, int] = {}
-    total: dict[str, int] = {}
-    samples = 0
-    for line in Path(path).read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack:
-            continue
-        n = int(count)
-        samples += n
-        frames = [
-            f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1]
-            for f in stack.split(";")
-        ]
-        own[frames[-1]] = own.get(frames[-1], 0) + n
-        for frame in set(frames):
-            total[frame] = total.get(frame, 0) + n
-    print(f"profile: {samples} samples in {path}")
-    print("  own %  function (file)")
-    for name, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
-        print(f"  {100 * n / samples:5.1f}  {name}")
-    print("  total %  function (file)")
-    for name, n in sorted(total.items(), key=lambda kv: -kv[1])[:top]:
-        print(f"  {100 * n / samples:5.1f}  {name}")
 
 
 async def pipeline(
