@@ -31,8 +31,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+## unit: the suite in PYTEST_WORKERS processes (pytest-xdist; each worker has its own embedded
+## PostgreSQL); PYTEST_WORKERS=0 runs it in this process
+PYTEST_WORKERS ?= 2
 unit: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS)
 
 ## install-check: build the sdist and the wheel, install the wheel without extras in a fresh
 ## virtualenv, and from another directory run check-config, run (embedded PostgreSQL), one
