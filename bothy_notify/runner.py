@@ -248,7 +248,9 @@ class JobRunner:
         self._url = database_url
         self._clock = clock
         self._handlers: Mapping[str, JobHandler] = {h.kind: h for h in handlers}
-        self._check_at_claim = {h.kind for h in handlers if isinstance(h, ChecksAtClaim)}
+        self._check_at_claim: Mapping[str, ChecksAtClaim] = {
+            h.kind: h for h in handlers if isinstance(h, ChecksAtClaim)
+        }
         self._config = config
         self._poll = poll_interval.total_seconds()
         self._metrics = metrics
@@ -449,23 +451,26 @@ class JobRunner:
     def _claim(
         self, conn: Conn, *, now: datetime, limit: int, kinds: Sequence[str]
     ) -> tuple[list[Job], datetime | None, dict[str, JobHandler]]:
-        """The claim, the checks of the claimed kinds that check at claim
-        (:class:`ChecksAtClaim`), and the peek (:func:`store.jobs.claim_and_peek`'s),
-        in this one worker-thread call. Blocking.
+        """The claim and its peek (:func:`store.jobs.claim_and_peek`), then the checks
+        of the claimed kinds that check at claim (:class:`ChecksAtClaim`), in this one
+        worker-thread call. Blocking.
 
         The claim commits on its own (one statement), so a check that fails
         loses nothing: its jobs go to their handler unchecked, which checks them
         itself. Returns the jobs, when the next one is due, and the checked
         handlers by kind.
         """
-        node_id = self._node_id
-        jobs = queue.claim(
-            conn, now=now, limit=limit, lease=self._config.lease, kinds=kinds, node_id=node_id
+        jobs, due = queue.claim_and_peek(
+            conn,
+            now=now,
+            limit=limit,
+            lease=self._config.lease,
+            kinds=kinds,
+            node_id=self._node_id,
         )
         checked: dict[str, JobHandler] = {}
-        for kind in self._check_at_claim & {job.kind for job in jobs}:
-            handler = self._handlers[kind]
-            assert isinstance(handler, ChecksAtClaim)
+        for kind in self._check_at_claim.keys() & {job.kind for job in jobs}:
+            handler = self._check_at_claim[kind]
             group = [job for job in jobs if job.kind == kind]
             try:
                 checked[kind] = handler.checked(handler.check(conn, group, now))
@@ -474,8 +479,6 @@ class JobRunner:
                     "checking claimed jobs failed; their handler checks them",
                     extra={"kind": kind, "error_type": error_type(exc)},
                 )
-        # The peek last: the checked jobs' work need not wait for it.
-        due = queue.next_due(conn, kinds, node_id) if len(jobs) < limit else None
         return jobs, due, checked
 
     def _dispatch(

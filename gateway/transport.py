@@ -354,7 +354,7 @@ class WebSocketTransport:
                 raise TransportClosed(self._peer_code)
             try:
                 data = await self._stream.receive_some(RECEIVE_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+            except _ENDED:
                 data = b""
             if not data:  # the connection ended without a close frame
                 self._state = _CLOSED
@@ -416,7 +416,7 @@ class WebSocketTransport:
     async def _send_frame(self, data: bytearray) -> None:
         try:
             await self._stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except _ENDED:
             self._state = _CLOSED
             raise TransportClosed(self._peer_code) from None
 
@@ -445,7 +445,7 @@ class WebSocketTransport:
                 return
             try:
                 data = await self._stream.receive_some(RECEIVE_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+            except _ENDED:
                 return
             if not data:
                 return
