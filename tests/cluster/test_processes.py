@@ -382,6 +382,8 @@ class Desktop:
                     continue
                 try:
                     await identify(client, device_token(self.user, f"{self.user}-desktop", "macos"))
+                except trio_websocket.ConnectionClosed:
+                    continue  # a stopping node said hello, then closed with 1001
                 except AssertionError:
                     # A node in its last moments of shutdown took the connection and
                     # ended it before `hello` (no close frame once it stops serving):
