@@ -247,7 +247,7 @@ async def pipeline(
         out["pushes_per_s"] = args.jobs / elapsed
         out["pipeline_seconds"] = elapsed
         out["delivered_total"] = daemon.metrics.registry.get_sample_value(
-            "bothy_push_sends_total", {"provider": "apns", "outcome": "delivered"}
+            "bothy_push_sends_total", {"provider": "apns", "outcome": "delivered", "app": "default"}
         )
 
         # Stall: the fake holds every request; memory must stay bounded.

@@ -12,8 +12,8 @@ import trustme
 
 from bothy_notify.config import ConfigError, structure_config
 from bothy_notify.kernel.clock import FakeClock
-from bothy_notify.push.factory import build_providers
 from bothy_notify.push.port import OutcomeKind, PushMessage, Target
+from bothy_notify.push.providers import build as build_providers
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webhook import WebhookProvider, sign
 from tests.push.webhook_receiver import HOST, SIGNING_KEY, WebhookReceiver
@@ -214,7 +214,12 @@ async def test_a_refused_connection_and_a_failed_lookup_are_transient(
     with trio.socket.socket() as sock:
         await sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        provider = webhook(FakeResolver({HOST: ["127.0.0.1"]}), now_clock, ca_file)
+        provider = webhook(
+            FakeResolver({HOST: ["127.0.0.1"]}),
+            now_clock,
+            ca_file,
+            domains=(HOST, "nowhere.bothy.test"),
+        )
         refused = await provider.send(target(f"https://{HOST}:{port}/hook"), MESSAGE)
         unknown = await provider.send(target("https://nowhere.bothy.test/hook"), MESSAGE)
         await provider.aclose()
