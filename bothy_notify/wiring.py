@@ -618,6 +618,7 @@ class Daemon:
             validator=EventValidator(),
             provider_names=providers.names,
             provider_apps=provider_table.configured_apps(providers),
+            vapid_keys=provider_table.vapid_keys(providers),
             readiness=readiness,
             cluster=cluster,
             catalogue=self.live_catalogue,

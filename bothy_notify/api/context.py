@@ -48,6 +48,8 @@ class ApiContext:
     validator: EventValidator
     provider_names: frozenset[str]
     provider_apps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    vapid_keys: Mapping[str, str] = field(default_factory=dict)
+    """Web Push's VAPID public keys (base64url) by app id (``""``: the one default app)."""
     readiness: Callable[[], Mapping[str, bool]] = field(default=lambda: {})
     cluster: Callable[[], Mapping[str, Any] | None] = field(default=lambda: None)
     registration_check: Callable[..., Awaitable[tuple[str, str] | None]] | None = None

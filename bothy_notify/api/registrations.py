@@ -97,6 +97,23 @@ async def delete_registration(ctx: ApiContext, request: Request) -> Response:
     return Response(status_code=204)
 
 
+NOT_CONFIGURED = "Web Push is not configured on this server ([push.webpush])"
+
+
+async def get_webpush_key(ctx: ApiContext, request: Request) -> JSONResponse:
+    """``GET /v1/webpush/key[?app_id=]``: the VAPID public key a page subscribes with
+    (``applicationServerKey``), base64url. No token: the key is public. With
+    ``[push.webpush.apps]`` the ``app_id`` names the app (422 ``unknown_app``)."""
+    if not ctx.vapid_keys:
+        raise ApiError(404, "not_configured", NOT_CONFIGURED)
+    key = ctx.vapid_keys.get("")
+    if key is None:
+        key = ctx.vapid_keys.get(request.query_params.get("app_id") or "")
+        if key is None:
+            raise ApiError(422, "unknown_app", UNKNOWN_APP)
+    return JSONResponse({"public_key": key}, headers={"cache-control": "public, max-age=300"})
+
+
 async def _validate(ctx: ApiContext, body: Any) -> tuple[str, str | None, Registrant]:
     """The provider, the app and what its provider read from the body (every check of
     SPEC section 9, each 422 naming its field)."""

@@ -37,7 +37,7 @@ from bothy_notify.push.port import (
     plain_registrant,
     plain_topic_delivery,
 )
-from bothy_notify.push.registry import Providers
+from bothy_notify.push.registry import DEFAULT_APP, Providers
 from bothy_notify.push.resolver import Resolver
 
 
@@ -316,3 +316,13 @@ def configured_apps(providers: Providers) -> dict[str, tuple[str, ...]]:
     """Provider name -> its configured app ids (empty: one default app): what the
     API's OpenAPI document and registrations enumerate."""
     return {name: providers.apps(name) for name in sorted(providers.names)}
+
+
+def vapid_keys(providers: Providers) -> dict[str, str]:
+    """Web Push's VAPID public keys by app id (``""``: the one default app)."""
+    out: dict[str, str] = {}
+    for name, app, provider in providers.every():
+        key = getattr(provider, "public_key", None)
+        if name == "webpush" and isinstance(key, str):
+            out["" if app == DEFAULT_APP and not providers.apps(name) else app] = key
+    return out
