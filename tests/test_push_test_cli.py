@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import threading
@@ -18,10 +19,15 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from bothy_notify import commands
+from bothy_notify.cli import main
 from bothy_notify.config import ConfigError, structure_config
+from bothy_notify.push import webpush
+from bothy_notify.push.port import Registrant
 from bothy_notify.store import registrations as regs
+from bothy_notify.store import secrets as secret_store
 from tests.harness import make_config
 from tests.push.fake_apns import Answer, FakeApns
+from tests.push.fake_webpush import FakePushService
 
 APNS_TOKEN = "ab" * 32
 
@@ -204,3 +210,96 @@ def test_push_test_names_the_key_of_a_malformed_stored_credential(
     with pytest.raises(ConfigError, match=r"push\.apns\.key") as caught:
         run(config)
     assert "definitely-not-a-key" not in str(caught.value)
+
+
+@contextlib.contextmanager
+def push_service_in_a_thread(ca: trustme.CA, server_key: str) -> Iterator[FakePushService]:
+    """A fake push service served by its own Trio run in a thread."""
+    ready, stop = threading.Event(), threading.Event()
+    found: list[FakePushService] = []
+
+    async def serve() -> None:
+        fake = FakePushService(ca=ca, server_key=server_key, hosts=("127.0.0.1",))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(fake.serve)
+            found.append(fake)
+            ready.set()
+            while not stop.is_set():
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+
+    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield found[0]
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def test_vapid_generate_stores_the_key_and_push_test_sends_web_push_with_it(
+    database_url: str, tmp_path: Path
+) -> None:
+    config_file = tmp_path / "bothy.toml"
+    config_file.write_text(f'[database]\nurl = "{database_url}"\n')
+    out = io.StringIO()
+    assert main(["vapid", "generate", "--config", str(config_file)], stdout=out) == 0
+    printed = out.getvalue()
+    public = printed.strip().splitlines()[-1]
+    assert len(base64.urlsafe_b64decode(public + "=")) == 65  # an uncompressed P-256 point
+    assert "PRIVATE" not in printed and 'vapid_private_key = "secret:vapid"' in printed
+    with psycopg.connect(database_url) as conn:
+        assert secret_store.get(conn, "vapid") is not None
+
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    with push_service_in_a_thread(ca, public) as fake:
+        browser = fake.subscribe("laptop", host="127.0.0.1")
+        found = webpush.registrant({"subscription": browser.subscription()})
+        assert isinstance(found, Registrant)
+        with psycopg.connect(database_url) as conn:
+            registration_id = regs.upsert(
+                conn,
+                user_id="alex",
+                device_id="laptop",
+                provider="webpush",
+                token=found.token,
+                environment=None,
+                app_id=None,
+                signing_key=found.secret,
+                now=datetime.now(UTC),
+            ).registration.id
+        config = structure_config(
+            {
+                "database": {"url": database_url},
+                "push": {
+                    "webpush": {
+                        "vapid_private_key": "secret:vapid",
+                        "subject": "mailto:ops@example.com",
+                        "allowed_endpoints": ["127.0.0.1"],
+                        "allow_private_addresses": True,
+                        "ca_file": str(ca_file),
+                    }
+                },
+            },
+            env={},
+        )
+        code, report = run(config)
+
+    assert code == 0, report
+    assert f"registration {registration_id} (webpush): delivered" in report
+    (push,) = fake.delivered()
+    assert push.payload["kind"] == "test"  # decrypted with the browser's own key
+    assert fake.violations == []
+    assert "laptop" not in report
+
+
+def test_vapid_generate_again_retires_the_previous_key(database_url: str) -> None:
+    config = make_config(database={"url": database_url})
+    first, second = io.StringIO(), io.StringIO()
+    commands.vapid_generate_command(config, "vapid-web", first)
+    commands.vapid_generate_command(config, "vapid-web", second)
+    assert first.getvalue().splitlines()[-1] != second.getvalue().splitlines()[-1]
+    assert "the previous key was retired" in second.getvalue()
