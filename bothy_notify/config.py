@@ -34,6 +34,7 @@ from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
 
 import cattrs
 import tomlkit
+from cattrs.errors import IterableValidationError, IterableValidationNote
 from tomlkit.exceptions import ParseError
 
 
@@ -700,7 +701,18 @@ def _make_converter(env: Mapping[str, str]) -> cattrs.Converter:
         if not isinstance(value, dict):
             raise TypeError("expected a table")
         _k, v_type = get_args(t)
-        return {str(k): conv.structure(v, v_type) for k, v in value.items()}
+        out: dict[str, Any] = {}
+        errors: list[Exception] = []
+        for k, v in value.items():
+            try:
+                out[str(k)] = conv.structure(v, v_type)
+            except Exception as exc:  # each value's error keeps its key in the path
+                note = IterableValidationNote(f"Structuring mapping value @ key {k!r}", k, v_type)
+                exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+                errors.append(exc)
+        if errors:
+            raise IterableValidationError("While structuring a table", errors, t)
+        return out
 
     conv.register_structure_hook_func(lambda t: _origin(t) is Mapping, mapping_hook)
     return conv
@@ -720,6 +732,7 @@ def _format_cattrs_error(exc: BaseException) -> list[str]:
         message, _, path = line.rpartition(" @ ")
         key = path.removeprefix("$").lstrip(".")
         key = re.sub(r"\[(\d+)\]", r"[\1]", key)
+        key = re.sub(r"\['([^']*)'\]", r".\1", key)  # a table's key: push.apns.apps.beta
         if message.startswith("unknown key(s): "):
             names = message.removeprefix("unknown key(s): ").split(", ")
             for name in names:
