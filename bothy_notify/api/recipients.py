@@ -18,8 +18,9 @@ order  condition                                            status  code / messa
 4      the secret's SHA-256 differs from the stored hash    403     permission_denied /
        (compared in constant time)                                  recipient secret is
                                                                     not valid
-5      register: the channel has no ``[push.*]`` block      409     failed_precondition /
-                                                                    channel is not configured
+5      register: the channel has no ``[push.*]`` block,     409     failed_precondition /
+       or its block has ``apps`` (a recipient has no               channel is not configured
+       ``app_id`` to choose one)
 6      register: the webhook URL is not https, its host is  400     invalid_argument /
        not allowed, or it resolves to a blocked address             webhook url is not
                                                                     allowed
@@ -199,7 +200,8 @@ async def post_register(ctx: ApiContext, request: Request) -> JSONResponse:
     problem = await _db(ctx, lambda c: store.secret_check(c, who.recipient_id, who.secret_hash))
     if problem is store.Refusal.WRONG_SECRET:
         _refusal(problem)
-    if channel not in ctx.provider_names:
+    if channel not in ctx.provider_names or ctx.provider_apps.get(channel):
+        # A block with apps has no app for a recipient: topic mode carries no app_id.
         _refuse(409, "failed_precondition", NOT_CONFIGURED)
     refusal = PROVIDERS[channel].topic_refusal
     if refusal is not None:
