@@ -14,13 +14,17 @@ One send (:meth:`WebPushProvider.send`):
 
 1. a subscription past its ``expirationTime`` is dead without a send;
 2. the host must still be allowed (else rejected, logged, never contacted);
-   it is resolved, and every address is judged by the registries' table
-   (:mod:`.addresses`) unless ``allow_private_addresses``; the connection goes
-   to the checked address (libcurl's ``CONNECT_TO``: TLS and ``Host`` name the
-   endpoint's host, a DNS answer changed in between cannot redirect it);
+   it is resolved for this attempt (attempts to one push service at the same
+   moment share one lookup, answered after each began), and every address is
+   judged by the registries' table (:mod:`.addresses`) unless
+   ``allow_private_addresses``; the connection goes to the checked address
+   (libcurl's ``CONNECT_TO``: TLS and ``Host`` name the endpoint's host, a DNS
+   answer changed in between cannot redirect it; a connection is reused only
+   for the same host and address);
 3. the content-free payload (the same JSON every provider sends) is encrypted
-   for the subscription: an ephemeral P-256 key pair, ECDH with ``p256dh``,
-   HKDF with ``auth`` and AES-128-GCM, all through ``http-ece``;
+   for the subscription: an ephemeral P-256 key pair per message, ECDH with
+   ``p256dh`` and HKDF with ``auth`` (``cryptography``), then the ``aes128gcm``
+   content coding by ``http-ece`` (AES-128-GCM, one record);
 4. ``POST`` to the endpoint with ``TTL`` (``push.max_age``), ``Urgency`` (the
    message's, else ``normal``), ``Topic`` (a base64url digest of the thread id
    cut to 32 characters: pushes collapse by thread without naming it),
@@ -52,9 +56,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
+import hmac
 import logging
 import math
+import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -82,6 +90,7 @@ from bothy_notify.push.port import (
     Unresolved,
 )
 from bothy_notify.push.resolver import (
+    IPAddress,
     ResolveError,
     Resolver,
     SystemResolver,
@@ -135,17 +144,21 @@ def b64url(data: bytes) -> str:
 
 def unb64url(text: object) -> bytes | None:
     """base64url with or without padding; ``None`` when it is not."""
-    if not isinstance(text, str) or not text or len(text) > 1024:
+    if not isinstance(text, str) or len(text) > 1024 or not _BASE64URL.fullmatch(text):
         return None
-    if any(c not in _URL_ALPHABET for c in text.rstrip("=")):
-        return None
+    bare = text.rstrip("=")
     try:
-        return base64.urlsafe_b64decode(text.rstrip("=") + "=" * (-len(text.rstrip("=")) % 4))
+        return base64.urlsafe_b64decode(bare + "=" * (-len(bare) % 4))
     except (binascii.Error, ValueError):
         return None
 
 
-_URL_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]+={0,2}")
+_STORED_ENDPOINT = re.compile(
+    r"https://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::([0-9]{1,5}))?(?:/[\x21-\x7e]*)?"
+)
+"""An endpoint as stored (checked in full at registration): its host and port, read
+at every send without building a URL object."""
 
 
 def public_key_b64(key: ec.EllipticCurvePrivateKey) -> str:
@@ -219,12 +232,16 @@ def pack_keys(p256dh: bytes, auth: bytes) -> str:
 
 
 def unpack_keys(text: str | None) -> tuple[bytes, bytes] | None:
-    """The (p256dh, auth) of stored key material, or ``None`` when it is not that."""
+    """The (p256dh, auth) of stored key material, or ``None`` when it is not that shape
+    (the point was checked to be on the curve at registration; a stored one that is
+    not fails the encryption, which :meth:`WebPushProvider.send` says)."""
     if not text or text.count(".") != 1:
         return None
     first, second = text.split(".")
     p256dh, auth = unb64url(first), unb64url(second)
-    if p256dh is None or auth is None or len(auth) != _AUTH_BYTES or p256_point(p256dh) is None:
+    if p256dh is None or auth is None or len(auth) != _AUTH_BYTES:
+        return None
+    if len(p256dh) != _POINT_BYTES or p256dh[0] != 0x04:
         return None
     return p256dh, auth
 
@@ -250,7 +267,7 @@ def registrant(body: Mapping[str, Any]) -> Registrant | Refusal:
         return Refusal("subscription.endpoint", "required: an https URL")
     if len(endpoint) > TOKEN_MAX:
         return Refusal("subscription.endpoint", f"longer than {TOKEN_MAX} characters")
-    if _endpoint_url(endpoint) is None:
+    if _endpoint_url(endpoint) is None or _STORED_ENDPOINT.fullmatch(endpoint) is None:
         return Refusal("subscription.endpoint", "expected an https URL without credentials")
     keys = subscription.get("keys")
     if not isinstance(keys, dict):
@@ -280,13 +297,6 @@ def registrant(body: Mapping[str, Any]) -> Registrant | Refusal:
             )
         expires_at = datetime.fromtimestamp(expires / 1000, UTC)
     return Registrant(endpoint, secret=pack_keys(p256dh, auth), expires_at=expires_at)
-
-
-def _origin(url: httpx.URL) -> str:
-    """The endpoint's origin (RFC 6454: no default port), the VAPID JWT's ``aud``."""
-    host = f"[{url.host}]" if ":" in url.host else url.host
-    port = f":{url.port}" if url.port not in (None, 443) else ""
-    return f"https://{host}{port}"
 
 
 def _endpoint_url(endpoint: str) -> httpx.URL | None:
@@ -343,15 +353,43 @@ class VapidTokens:
 # ---------------------------------------------------------------- the message
 
 
+_UNCOMPRESSED = (serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+_WEBPUSH_INFO = b"WebPush: info\x00"
+_RECORD_SIZE = 4096
+
+
+def _hkdf(salt: bytes, ikm: bytes, info: bytes, length: int) -> bytes:
+    """RFC 5869 HKDF-SHA256 for one output block (length <= 32)."""
+    prk = hmac.digest(salt, ikm, "sha256")
+    return hmac.digest(prk, info + b"\x01", "sha256")[:length]
+
+
+@functools.lru_cache(maxsize=4096)
+def _peer(p256dh: bytes) -> ec.EllipticCurvePublicKey:
+    """A subscription's public key (parsing checks the point; a few thousand kept)."""
+    return ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), p256dh)
+
+
 def encrypt(content: bytes, p256dh: bytes, auth: bytes) -> bytes:
-    """``content`` encrypted for one subscription (RFC 8291 ``aes128gcm``): a fresh
-    ephemeral key pair, ECDH with ``p256dh``, HKDF with ``auth``, AES-128-GCM in one
-    record; the header carries the salt and the ephemeral public key."""
+    """``content`` encrypted for one subscription (RFC 8291).
+
+    The Web Push key agreement here (RFC 8291 section 3.3): a fresh ephemeral P-256
+    key pair per message, ECDH with the browser's ``p256dh``, and the input keying
+    material ``HKDF(auth, ecdh_secret, "WebPush: info" || ua_public || as_public)``;
+    then ``http-ece`` makes the ``aes128gcm`` content coding of RFC 8188 from it (a
+    random salt, HKDF to the content key and nonce, AES-128-GCM in one record). The
+    header's key id is the ephemeral public key, which ``http-ece`` takes only as
+    text in this mode, so it is set in the header it returns.
+    """
     ephemeral = ec.generate_private_key(ec.SECP256R1())
-    encrypted: bytes = http_ece.encrypt(
-        content, private_key=ephemeral, dh=p256dh, auth_secret=auth, version="aes128gcm"
+    as_public = ephemeral.public_key().public_bytes(*_UNCOMPRESSED)
+    secret = ephemeral.exchange(ec.ECDH(), _peer(p256dh))
+    ikm = _hkdf(auth, secret, _WEBPUSH_INFO + p256dh + as_public, 32)
+    coded: bytes = http_ece.encrypt(
+        content, salt=os.urandom(16), key=ikm, keyid="", rs=_RECORD_SIZE, version="aes128gcm"
     )
-    return encrypted
+    # salt (16) || record size (4) || key id length (1, here 0) || records
+    return coded[:20] + bytes((len(as_public),)) + as_public + coded[21:]
 
 
 def topic_header(thread_or_topic: str | bytes) -> str:
@@ -475,6 +513,7 @@ class WebPushProvider:
             ca_file=ca_file, name="webpush", max_host_connections=HOST_CONNECTIONS
         )
         self._throttle = LogThrottle()
+        self._lookups: dict[tuple[str, int], _Lookup] = {}
 
     def __repr__(self) -> str:
         return f"WebPushProvider(allowed_endpoints={len(self._allowed)})"
@@ -524,13 +563,15 @@ class WebPushProvider:
         """
         if target.expires_at is not None and self._clock.now() >= target.expires_at:
             return Outcome.dead(EXPIRED)
-        url = _endpoint_url(target.token)
-        if url is None:
+        endpoint = _STORED_ENDPOINT.fullmatch(target.token)
+        if endpoint is None:
             return Outcome.rejected("not_https")
+        host, port_text = endpoint.group(1).strip("[]"), endpoint.group(2)
+        port = int(port_text) if port_text else 443
         keys = unpack_keys(target.signing_key)
         if keys is None:
             return Outcome.rejected("bad_subscription_keys")
-        if not host_allowed(url.host, self._allowed):
+        if not host_allowed(host, self._allowed):
             if self._throttle.allow(NOT_ALLOWED):
                 log.warning(
                     "a Web Push endpoint's host is no longer in %s.allowed_endpoints: it was"
@@ -539,28 +580,27 @@ class WebPushProvider:
                     extra={"key": f"{self._key}.allowed_endpoints", "reason": NOT_ALLOWED},
                 )
             return Outcome.rejected(NOT_ALLOWED)
-        port = url.port or 443
         deadline = trio.current_time() + self._bound
-        with trio.move_on_at(deadline):
-            try:
-                addresses = await self._resolver.resolve(url.host, port)
-            except ResolveError:
-                return Outcome.transient("dns_error", RETRY_MINIMUM, ours=True)
-        if trio.current_time() >= deadline:
+        try:
+            addresses = await self._resolve(host, port, deadline)
+        except ResolveError:
+            return Outcome.transient("dns_error", RETRY_MINIMUM, ours=True)
+        if addresses is None:
             return Outcome.transient("timeout", RETRY_MINIMUM, ours=True)
         if not self._allow_private and any(is_blocked_address(a) for a in addresses):
             # Logged with what to check by the token lifecycle (rejections).
             return Outcome.rejected("private_address")
-        address = addresses[0]
-        literal = f"[{address}]" if address.version == 6 else str(address)
-        origin = _origin(url)
-        content = encrypt(self.body(message), *keys)
+        origin, connect_to = _route(host, port, addresses[0])
+        try:
+            content = encrypt(self.body(message), *keys)
+        except (ValueError, http_ece.ECEException):
+            return Outcome.rejected("bad_subscription_keys")
         answer = await self._client.request(
-            str(url),
+            target.token,
             self.headers(message, origin),
             content,
             bound=max(0.001, deadline - trio.current_time()),
-            connect_to=f"{url.host}:{port}:{literal}:{port}",
+            connect_to=connect_to,
         )
         if isinstance(answer, NoAnswer):
             return webpush_outcome(answer)
@@ -579,9 +619,61 @@ class WebPushProvider:
             )
         return outcome
 
+    async def _resolve(self, host: str, port: int, deadline: float) -> list[IPAddress] | None:
+        """The host's addresses, looked up for this attempt (``None``: not by ``deadline``).
+
+        Attempts to the same host at the same moment (a claimed batch to one push
+        service) wait for one lookup, whose answer arrives after each of them began;
+        only the attempt that looks up keeps a deadline scope (the others wait for
+        its answer, and look up themselves should it be cancelled first). Raises
+        :class:`ResolveError`.
+        """
+        key = (host, port)
+        while trio.current_time() < deadline:
+            lookup = self._lookups.get(key)
+            if lookup is None:
+                lookup = self._lookups[key] = _Lookup()
+                try:
+                    with trio.move_on_at(deadline):
+                        lookup.addresses = await self._resolver.resolve(host, port)
+                except ResolveError:
+                    lookup.failed = True
+                finally:
+                    del self._lookups[key]
+                    lookup.done.set()
+            else:
+                await lookup.done.wait()
+            if lookup.failed:
+                raise ResolveError("the host could not be resolved")
+            if lookup.addresses is not None:
+                return lookup.addresses
+            # The attempt that looked up ran out of time first: look up again.
+        return None
+
     async def aclose(self) -> None:
         """Close the connections."""
         await self._client.aclose()
+
+
+@functools.lru_cache(maxsize=1024)
+def _route(host: str, port: int, address: IPAddress) -> tuple[str, str]:
+    """(the endpoint's origin, the VAPID JWT's ``aud``; libcurl's ``CONNECT_TO`` to the
+    checked address) of a push service host and address."""
+    authority = f"[{host}]" if ":" in host else host
+    origin = f"https://{authority}" if port == 443 else f"https://{authority}:{port}"
+    literal = f"[{address}]" if address.version == 6 else str(address)
+    return origin, f"{host}:{port}:{literal}:{port}"
+
+
+class _Lookup:
+    """One name lookup that several attempts wait for."""
+
+    __slots__ = ("addresses", "done", "failed")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.addresses: list[IPAddress] | None = None
+        self.failed = False
 
 
 # ---------------------------------------------------------------- what to check
