@@ -181,6 +181,28 @@ async def wait_finished(daemon: Daemon, target: int) -> None:
         await trio.sleep(0.01)
 
 
+def worker_config(args: argparse.Namespace, fake: FakeApnsServer) -> dict[str, Any]:
+    """The pipeline's daemon: role worker, the runner's sizes, APNs at the fake."""
+    return {
+        "server": {"role": "worker", "api_listen": "127.0.0.1:0", "drain_period": "1s"},
+        "database": {"pool_size": args.pool},
+        "notify": {"poll_interval": "1s"},
+        "jobs": {"concurrency": args.runner_concurrency, "claim_batch": args.claim_batch},
+        "push": {
+            "max_in_flight": args.max_in_flight,
+            "apns": {
+                "key": "env:BENCH_APNS_KEY",
+                "key_id": KEY_ID,
+                "team_id": TEAM_ID,
+                "bundle_id": TOPIC,
+                "endpoint": fake.url,
+                "ca_file": fake.ca_file,
+            },
+        },
+        "log": {"level": "error"},
+    }
+
+
 async def pipeline(
     args: argparse.Namespace,
     url: str,
@@ -188,27 +210,7 @@ async def pipeline(
     pem: str,
     regs: list[tuple[str, str]],
 ) -> dict[str, Any]:
-    config = structure_config(
-        {
-            "server": {"role": "worker", "api_listen": "127.0.0.1:0", "drain_period": "1s"},
-            "database": {"pool_size": args.pool},
-            "notify": {"poll_interval": "1s"},
-            "jobs": {"concurrency": args.runner_concurrency, "claim_batch": args.claim_batch},
-            "push": {
-                "max_in_flight": args.max_in_flight,
-                "apns": {
-                    "key": "env:BENCH_APNS_KEY",
-                    "key_id": KEY_ID,
-                    "team_id": TEAM_ID,
-                    "bundle_id": TOPIC,
-                    "endpoint": fake.url,
-                    "ca_file": fake.ca_file,
-                },
-            },
-            "log": {"level": "error"},
-        },
-        env={"BENCH_APNS_KEY": pem},
-    )
+    config = structure_config(worker_config(args, fake), env={"BENCH_APNS_KEY": pem})
     daemon = Daemon(config, database_url=url)
     postmaster = postgres_pid(url)
     out: dict[str, Any] = {}
@@ -359,34 +361,15 @@ async def pipeline_pair(
     """``--provider webpush``: one daemon with APNs and Web Push, an APNs batch and a Web
     Push batch in turn, ``--rounds`` times (see the module docstring)."""
     vapid, _public = generate_vapid_key()
-    config = structure_config(
-        {
-            "server": {"role": "worker", "api_listen": "127.0.0.1:0", "drain_period": "1s"},
-            "database": {"pool_size": args.pool},
-            "notify": {"poll_interval": "1s"},
-            "jobs": {"concurrency": args.runner_concurrency, "claim_batch": args.claim_batch},
-            "push": {
-                "max_in_flight": args.max_in_flight,
-                "apns": {
-                    "key": "env:BENCH_APNS_KEY",
-                    "key_id": KEY_ID,
-                    "team_id": TEAM_ID,
-                    "bundle_id": TOPIC,
-                    "endpoint": fake.url,
-                    "ca_file": fake.ca_file,
-                },
-                "webpush": {
-                    "vapid_private_key": "env:BENCH_VAPID_KEY",
-                    "subject": "mailto:bench@example.com",
-                    "allowed_endpoints": ["localhost"],
-                    "allow_private_addresses": True,
-                    "ca_file": fake.ca_file,
-                },
-            },
-            "log": {"level": "error"},
-        },
-        env={"BENCH_APNS_KEY": pem, "BENCH_VAPID_KEY": vapid},
-    )
+    raw = worker_config(args, fake)
+    raw["push"]["webpush"] = {
+        "vapid_private_key": "env:BENCH_VAPID_KEY",
+        "subject": "mailto:bench@example.com",
+        "allowed_endpoints": ["localhost"],
+        "allow_private_addresses": True,
+        "ca_file": fake.ca_file,
+    }
+    config = structure_config(raw, env={"BENCH_APNS_KEY": pem, "BENCH_VAPID_KEY": vapid})
     daemon = Daemon(config, database_url=url)
     postmaster = postgres_pid(url)
     runs: list[dict[str, Any]] = []
@@ -529,24 +512,8 @@ def node_config_file(args: argparse.Namespace, url: str, fake: FakeApnsServer, t
     """The pipeline's daemon as a configuration file for ``bothy-notify run``."""
     import tomlkit
 
-    config = {
-        "server": {"role": "worker", "api_listen": "127.0.0.1:0", "drain_period": "1s"},
-        "database": {"url": url, "pool_size": args.pool},
-        "notify": {"poll_interval": "1s"},
-        "jobs": {"concurrency": args.runner_concurrency, "claim_batch": args.claim_batch},
-        "push": {
-            "max_in_flight": args.max_in_flight,
-            "apns": {
-                "key": "env:BENCH_APNS_KEY",
-                "key_id": KEY_ID,
-                "team_id": TEAM_ID,
-                "bundle_id": TOPIC,
-                "endpoint": fake.url,
-                "ca_file": fake.ca_file,
-            },
-        },
-        "log": {"level": "error"},
-    }
+    config = worker_config(args, fake)
+    config["database"]["url"] = url
     path = tmp / "node.toml"
     path.write_text(tomlkit.dumps(config), encoding="utf-8")
     return path

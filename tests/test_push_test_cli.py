@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-import trio
 import trustme
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -28,6 +24,7 @@ from bothy_notify.store import secrets as secret_store
 from tests.harness import make_config
 from tests.push.fake_apns import Answer, FakeApns
 from tests.push.fake_webpush import FakePushService
+from tests.support.threaded import served_in_a_thread
 
 APNS_TOKEN = "ab" * 32
 
@@ -116,36 +113,17 @@ def test_push_test_exits_zero_when_everything_was_delivered(database_url: str) -
     assert code == 0 and printed.strip().endswith("1 of 1 delivered")
 
 
-@contextlib.contextmanager
-def apns_in_a_thread(ca: trustme.CA, key: ec.EllipticCurvePrivateKey) -> Iterator[FakeApns]:
+def apns_in_a_thread(ca: trustme.CA, key: ec.EllipticCurvePrivateKey) -> Any:
     """A fake APNs served by its own Trio run in a thread (``push test`` runs Trio itself)."""
-    ready, stop = threading.Event(), threading.Event()
-    found: list[FakeApns] = []
-
-    async def serve() -> None:
-        fake = FakeApns(
+    return served_in_a_thread(
+        lambda: FakeApns(
             ca=ca,
             public_key=key.public_key(),
             key_id="KEY123ABCD",
             team_id="TEAM12345X",
             topic="com.example.chat",
         )
-        async with trio.open_nursery() as nursery:
-            await nursery.start(fake.serve)
-            found.append(fake)
-            ready.set()
-            while not stop.is_set():
-                await trio.sleep(0.01)
-            nursery.cancel_scope.cancel()
-
-    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
-        yield found[0]
-    finally:
-        stop.set()
-        thread.join(10)
+    )
 
 
 def apns_config(database_url: str, endpoint: str, ca_file: str, key_ref: str) -> dict[str, Any]:
@@ -212,30 +190,11 @@ def test_push_test_names_the_key_of_a_malformed_stored_credential(
     assert "definitely-not-a-key" not in str(caught.value)
 
 
-@contextlib.contextmanager
-def push_service_in_a_thread(ca: trustme.CA, server_key: str) -> Iterator[FakePushService]:
+def push_service_in_a_thread(ca: trustme.CA, server_key: str) -> Any:
     """A fake push service served by its own Trio run in a thread."""
-    ready, stop = threading.Event(), threading.Event()
-    found: list[FakePushService] = []
-
-    async def serve() -> None:
-        fake = FakePushService(ca=ca, server_key=server_key, hosts=("127.0.0.1",))
-        async with trio.open_nursery() as nursery:
-            await nursery.start(fake.serve)
-            found.append(fake)
-            ready.set()
-            while not stop.is_set():
-                await trio.sleep(0.01)
-            nursery.cancel_scope.cancel()
-
-    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
-        yield found[0]
-    finally:
-        stop.set()
-        thread.join(10)
+    return served_in_a_thread(
+        lambda: FakePushService(ca=ca, server_key=server_key, hosts=("127.0.0.1",))
+    )
 
 
 def test_vapid_generate_stores_the_key_and_push_test_sends_web_push_with_it(

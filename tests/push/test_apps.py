@@ -5,7 +5,6 @@ token, connections and permits (one app's stall never holds another's sends)."""
 from __future__ import annotations
 
 import io
-import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +30,7 @@ from tests.harness import Launch, Node, device_token, make_config, wait_for
 from tests.push.fake_apns import FakeApns
 from tests.push.fake_fcm import PROJECT, FakeFcm
 from tests.push.test_delivery import message, people
+from tests.support.threaded import served_in_a_thread
 
 RELEASE, BETA = "com.example.chat", "com.example.chat.beta"
 KEY_A, TEAM_A, KEY_B, TEAM_B = "KEYAAAAAAA", "TEAMAAAAAA", "KEYBBBBBBB", "TEAMBBBBBB"
@@ -365,11 +365,9 @@ def test_push_test_reports_per_app(
     ca = trustme.CA()
     ca_file = tmp_path / "ca.pem"
     ca.cert_pem.write_to_path(str(ca_file))
-    ready, stop = threading.Event(), threading.Event()
-    found: list[FakeApns] = []
 
-    async def serve() -> None:
-        fake = FakeApns(
+    def make() -> FakeApns:
+        return FakeApns(
             ca=ca,
             public_key=keys[0].public_key(),
             key_id=KEY_A,
@@ -380,19 +378,8 @@ def test_push_test_reports_per_app(
                 BETA: (keys[1].public_key(), KEY_B, TEAM_B),
             },
         )
-        async with trio.open_nursery() as nursery:
-            await nursery.start(fake.serve)
-            found.append(fake)
-            ready.set()
-            while not stop.is_set():
-                await trio.sleep(0.01)
-            nursery.cancel_scope.cancel()
 
-    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
-        fake = found[0]
+    with served_in_a_thread(make) as fake:
         with psycopg.connect(database_url) as conn:
             for token, app in (("aa" * 32, RELEASE), ("bb" * 32, BETA), ("cc" * 32, BETA)):
                 regs.upsert(
@@ -415,9 +402,6 @@ def test_push_test_reports_per_app(
         )
         out = io.StringIO()
         code = commands.push_test_command(config, "alex", out)
-    finally:
-        stop.set()
-        thread.join(10)
 
     printed = out.getvalue()
     assert code == 0, printed
