@@ -104,20 +104,25 @@ def rss_mb() -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def seed_people(cur: psycopg.Cursor[Any], people: list[str]) -> None:
+    """Active humans, members of the space of thread t1."""
+    cur.executemany(
+        "INSERT INTO bothy.users (user_id, kind, active) VALUES (%s, 'human', true)",
+        [(u,) for u in people],
+    )
+    cur.executemany(
+        "INSERT INTO bothy.members (scope_id, user_id) VALUES ('space', %s)",
+        [(u,) for u in people],
+    )
+
+
 def seed(url: str, registrations: int) -> list[tuple[str, str]]:
     """People, a thread they can read, and one APNs registration each."""
     now = datetime.now(UTC)
     people = [f"user{i}" for i in range(registrations)]
     regs = [(f"reg-{u}", u) for u in people]
     with psycopg.connect(url) as conn, conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO bothy.users (user_id, kind, active) VALUES (%s, 'human', true)",
-            [(u,) for u in people],
-        )
-        cur.executemany(
-            "INSERT INTO bothy.members (scope_id, user_id) VALUES ('space', %s)",
-            [(u,) for u in people],
-        )
+        seed_people(cur, people)
         cur.execute("INSERT INTO bothy.threads (thread_id, space_id) VALUES ('t1', 'space')")
         cur.executemany(
             "INSERT INTO bothy.devices (device_id, user_id, platform, state)"
@@ -295,14 +300,7 @@ def seed_webpush(url: str, registrations: int, endpoint: str) -> list[tuple[str,
     people = [f"web{i}" for i in range(registrations)]
     regs = [(f"wreg-{u}", u) for u in people]
     with psycopg.connect(url) as conn, conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO bothy.users (user_id, kind, active) VALUES (%s, 'human', true)",
-            [(u,) for u in people],
-        )
-        cur.executemany(
-            "INSERT INTO bothy.members (scope_id, user_id) VALUES ('space', %s)",
-            [(u,) for u in people],
-        )
+        seed_people(cur, people)
         cur.executemany(
             "INSERT INTO bothy.devices (device_id, user_id, platform, state)"
             " VALUES (%s, %s, 'web', 'active')",
