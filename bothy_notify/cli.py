@@ -1,8 +1,8 @@
 """The ``bothy-notify`` command line.
 
 Commands: ``run``, ``migrate``, ``check-config``, ``dev-token``, ``secret set``,
-``push test``, ``events dead-letters``, ``events retry``, ``demo``. Every command
-takes ``--config FILE`` (default: the ``BOTHY_NOTIFY_CONFIG`` environment
+``vapid generate``, ``push test``, ``events dead-letters``, ``events retry``, ``demo``.
+Every command takes ``--config FILE`` (default: the ``BOTHY_NOTIFY_CONFIG`` environment
 variable, else built-in defaults).
 Exit codes: 0 success, 1 the command failed, 2 bad usage or configuration.
 """
@@ -69,6 +69,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     secret_set.add_argument("name", help="the secret's name (used as secret:NAME)")
 
+    vapid = sub.add_parser("vapid", help="Web Push VAPID keys")
+    vapid_sub = vapid.add_subparsers(dest="vapid_command", required=True, metavar="ACTION")
+    vapid_generate = vapid_sub.add_parser(
+        "generate",
+        parents=[common],
+        help="make a VAPID key pair: the private key into the secret store, the public one printed",
+    )
+    vapid_generate.add_argument(
+        "--name", default="vapid", help="the secret's name (default vapid: secret:vapid)"
+    )
+
     push = sub.add_parser("push", help="push provider tools")
     push_sub = push.add_subparsers(dest="push_command", required=True, metavar="ACTION")
     push_test = push_sub.add_parser(
@@ -127,10 +138,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             return EXIT_FAILED
     if args.command == "check-config":
         from bothy_notify.notify.kinds_dir import load_catalogue
-        from bothy_notify.push.factory import check_providers
+        from bothy_notify.push import providers
 
         try:
-            skipped = check_providers(config.push)
+            skipped = providers.check(config.push)
             load_catalogue(config.notify)
         except ConfigError as exc:
             print(f"bothy-notify: {exc}", file=sys.stderr)
@@ -141,6 +152,13 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             + (f", {processes} processes" if processes > 1 else ""),
             file=out,
         )
+        for name in providers.configured(config.push):
+            apps = [app for app, _key, _settings in providers.entry(name).apps(config.push)]
+            named = ", ".join(a for a in apps if a is not None)
+            print(
+                f"provider {name}: " + (f"apps {named}" if named else "one app"),
+                file=out,
+            )
         if skipped:
             print(
                 "not checked here (read from the secret store at run): " + ", ".join(skipped),
@@ -169,6 +187,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             return commands.secret_set_command(config, args.name, sys.stdin, out)
         if args.command == "push":
             return commands.push_test_command(config, args.user, out)
+        if args.command == "vapid":
+            return commands.vapid_generate_command(config, args.name, out)
         if args.command == "events" and args.events_command == "dead-letters":
             return commands.dead_letters_command(config, out)
         if args.command == "events":

@@ -30,10 +30,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
 
 import cattrs
 import tomlkit
+from cattrs.errors import IterableValidationError, IterableValidationNote
 from tomlkit.exceptions import ParseError
 
 
@@ -355,11 +356,16 @@ class FakeProviderConfig:
 
 
 @dataclass(frozen=True)
-class ApnsConfig:
-    key: Secret = field(metadata=_meta("PKCS#8 PEM of the .p8 key", source_rule="ref"))
-    key_id: str = field(metadata=_meta("the key's 10-character id"))
-    team_id: str = field(metadata=_meta("the 10-character team id"))
-    bundle_id: str = field(metadata=_meta("the app's bundle id (apns-topic)"))
+class ApnsSettings:
+    """The keys of ``[push.apns]``, and of each ``[push.apns.apps.<app_id>]`` (which
+    overrides any of them; its ``bundle_id`` defaults to the app id)."""
+
+    key: Secret | None = field(
+        default=None, metadata=_meta("PKCS#8 PEM of the .p8 key (required)", source_rule="ref")
+    )
+    key_id: str = field(default="", metadata=_meta("the key's 10-character id (required)"))
+    team_id: str = field(default="", metadata=_meta("the 10-character team id (required)"))
+    bundle_id: str = field(default="", metadata=_meta("the app's bundle id (apns-topic; required)"))
     style: ApnsStyle = field(default=ApnsStyle.BACKGROUND, metadata=_meta("background or alert"))
     alert_title: str = field(default="New activity", metadata=_meta("generic alert title"))
     endpoint: str = field(default="", metadata=_meta("override of the APNs host URL"))
@@ -367,11 +373,75 @@ class ApnsConfig:
 
 
 @dataclass(frozen=True)
-class FcmConfig:
-    service_account: Secret = field(metadata=_meta("service-account JSON", source_rule="ref"))
+class ApnsConfig(ApnsSettings):
+    apps: Mapping[str, ApnsSettings] = field(
+        default_factory=dict,
+        metadata=_meta("apps by app id, each overriding any key of the block"),
+    )
+
+
+@dataclass(frozen=True)
+class FcmSettings:
+    """The keys of ``[push.fcm]``, and of each ``[push.fcm.apps.<app_id>]``."""
+
+    service_account: Secret | None = field(
+        default=None, metadata=_meta("service-account JSON (required)", source_rule="ref")
+    )
     endpoint: str = field(default="", metadata=_meta("override of the FCM base URL"))
     ca_file: str = field(
         default="", metadata=_meta("CA bundle for the endpoint and token URL", path=True)
+    )
+
+
+@dataclass(frozen=True)
+class FcmConfig(FcmSettings):
+    apps: Mapping[str, FcmSettings] = field(
+        default_factory=dict,
+        metadata=_meta("apps by app id, each overriding any key of the block"),
+    )
+
+
+PUBLIC_PUSH_SERVICES = (
+    "fcm.googleapis.com",
+    "updates.push.services.mozilla.com",
+    "*.push.services.mozilla.com",
+    "web.push.apple.com",
+    "*.notify.windows.com",
+)
+"""The push services of Chrome, Firefox, Safari and Edge: the default of
+``push.webpush.allowed_endpoints``."""
+
+
+@dataclass(frozen=True)
+class WebPushSettings:
+    """The keys of ``[push.webpush]``, and of each ``[push.webpush.apps.<app_id>]``."""
+
+    vapid_private_key: Secret | None = field(
+        default=None,
+        metadata=_meta(
+            "the VAPID private key (bothy-notify vapid generate; required)", source_rule="ref"
+        ),
+    )
+    subject: str = field(
+        default="", metadata=_meta("the VAPID subject: mailto: or https: (required)")
+    )
+    allowed_endpoints: tuple[str, ...] = field(
+        default=PUBLIC_PUSH_SERVICES,
+        metadata=_meta("push service hosts a subscription may name (exact or *.suffix)"),
+    )
+    allow_private_addresses: bool = field(
+        default=False, metadata=_meta("allow private/loopback push services")
+    )
+    ca_file: str = field(
+        default="", metadata=_meta("CA bundle for the push services' TLS", path=True)
+    )
+
+
+@dataclass(frozen=True)
+class WebPushConfig(WebPushSettings):
+    apps: Mapping[str, WebPushSettings] = field(
+        default_factory=dict,
+        metadata=_meta("apps by app id, each overriding any key of the block"),
     )
 
 
@@ -425,7 +495,91 @@ class PushConfig:
     apns: ApnsConfig | None = field(default=None, metadata=_meta("APNs provider block"))
     fcm: FcmConfig | None = field(default=None, metadata=_meta("FCM provider block"))
     webhook: WebhookConfig | None = field(default=None, metadata=_meta("webhook provider block"))
+    webpush: WebPushConfig | None = field(default=None, metadata=_meta("Web Push provider block"))
     fake: FakeProviderConfig | None = field(default=None, metadata=_meta("fake provider block"))
+
+
+_S = TypeVar("_S", ApnsSettings, FcmSettings, WebPushSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class AppBlock(Generic[_S]):
+    """One app of a provider block: its id (``None``: the block's one default app),
+    the key its settings are named by in messages, and its effective settings."""
+
+    app_id: str | None
+    key: str
+    settings: _S
+
+
+def provider_apps(name: str, block: ApnsConfig | FcmConfig | WebPushConfig) -> list[AppBlock[Any]]:
+    """The apps of ``[push.<name>]``: one per ``[push.<name>.apps.<app_id>]`` (its keys
+    already merged over the block's at load), or the block itself as its one default
+    app when it has no ``apps``."""
+    if not block.apps:
+        return [AppBlock(None, f"push.{name}", block)]
+    return [
+        AppBlock(app_id, f"push.{name}.apps.{app_id}", settings)
+        for app_id, settings in block.apps.items()
+    ]
+
+
+APP_BLOCKS = ("apns", "fcm", "webpush")
+"""The provider blocks that take ``apps``."""
+_REQUIRED_APP_KEYS = {
+    "apns": ("key", "key_id", "team_id", "bundle_id"),
+    "fcm": ("service_account",),
+    "webpush": ("vapid_private_key", "subject"),
+}
+
+
+def _merged_apps(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``raw`` with each ``push.<block>.apps.<app_id>`` table laid over its block's own
+    keys (an APNs app's ``bundle_id`` defaulting to its app id), so that every app is
+    structured and checked as a whole block, its errors named under its own key."""
+    push = raw.get("push")
+    if not isinstance(push, Mapping):
+        return raw
+    merged_push = dict(push)
+    for name in APP_BLOCKS:
+        block = push.get(name)
+        if not isinstance(block, Mapping) or not isinstance(block.get("apps"), Mapping):
+            continue
+        base = {k: v for k, v in block.items() if k != "apps"}
+        apps: dict[str, Any] = {}
+        for app_id, table in block["apps"].items():
+            if isinstance(table, Mapping):
+                app = {**base, **table}
+                if name == "apns":
+                    app.setdefault("bundle_id", str(app_id))
+                apps[str(app_id)] = app
+            else:
+                apps[str(app_id)] = table  # structuring names the wrong type
+        merged_push[name] = {**block, "apps": apps}
+    return {**raw, "push": merged_push}
+
+
+def _check_apps(push: PushConfig) -> list[str]:
+    errors: list[str] = []
+    for name in APP_BLOCKS:
+        block = getattr(push, name)
+        if block is None:
+            continue
+        for app_id in block.apps:
+            if not _APP_ID_RE.fullmatch(app_id):
+                errors.append(
+                    f"push.{name}.apps: an app id is 1 to 128 letters, digits and . _ : -"
+                )
+                break
+        for app in provider_apps(name, block):
+            for key in _REQUIRED_APP_KEYS[name]:
+                value = getattr(app.settings, key)
+                if value is None or value == "":
+                    errors.append(f"{app.key}.{key}: required key is missing")
+    return errors
+
+
+_APP_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 @dataclass(frozen=True)
@@ -547,7 +701,18 @@ def _make_converter(env: Mapping[str, str]) -> cattrs.Converter:
         if not isinstance(value, dict):
             raise TypeError("expected a table")
         _k, v_type = get_args(t)
-        return {str(k): conv.structure(v, v_type) for k, v in value.items()}
+        out: dict[str, Any] = {}
+        errors: list[Exception] = []
+        for k, v in value.items():
+            try:
+                out[str(k)] = conv.structure(v, v_type)
+            except Exception as exc:  # each value's error keeps its key in the path
+                note = IterableValidationNote(f"Structuring mapping value @ key {k!r}", k, v_type)
+                exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+                errors.append(exc)
+        if errors:
+            raise IterableValidationError("While structuring a table", errors, t)
+        return out
 
     conv.register_structure_hook_func(lambda t: _origin(t) is Mapping, mapping_hook)
     return conv
@@ -567,6 +732,7 @@ def _format_cattrs_error(exc: BaseException) -> list[str]:
         message, _, path = line.rpartition(" @ ")
         key = path.removeprefix("$").lstrip(".")
         key = re.sub(r"\[(\d+)\]", r"[\1]", key)
+        key = re.sub(r"\['([^']*)'\]", r".\1", key)  # a table's key: push.apns.apps.beta
         if message.startswith("unknown key(s): "):
             names = message.removeprefix("unknown key(s): ").split(", ")
             for name in names:
@@ -643,6 +809,19 @@ def _check(config: Config) -> list[str]:
                     "with at least one label before it"
                 )
                 break
+    errors += _check_apps(config.push)
+    if config.push.webpush is not None:
+        for app in provider_apps("webpush", config.push.webpush):
+            for pattern in app.settings.allowed_endpoints:
+                if not _DOMAIN_PATTERN_RE.fullmatch(pattern.lower()):
+                    errors.append(
+                        f"{app.key}.allowed_endpoints: each entry is a host or *.suffix "
+                        "with at least one label before it"
+                    )
+                    break
+            subject = app.settings.subject
+            if subject and not _VAPID_SUBJECT_RE.fullmatch(subject):
+                errors.append(f"{app.key}.subject: expected mailto:address or an https:// URL")
     return errors
 
 
@@ -650,6 +829,9 @@ _DOMAIN_PATTERN_RE = re.compile(
     r"^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$"
     r"|^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 )
+
+_VAPID_SUBJECT_RE = re.compile(r"^(mailto:[^\s@]+@[^\s@]+|https://[^\s/?#]+(/[^\s]*)?)$")
+"""RFC 8292's ``sub``: a ``mailto:`` address or an ``https:`` URL to reach the operator."""
 
 BUILTIN_CATEGORIES = ("messages", "mentions", "security", "admin")
 """Categories of the built-in hint kinds; app categories come from ``notify.categories``."""
@@ -692,7 +874,7 @@ def structure_config(
     relative path is refused, since the working directory is never a base)."""
     conv = _make_converter(env)
     try:
-        config = conv.structure(dict(raw), Config)
+        config = conv.structure(dict(_merged_apps(raw)), Config)
     except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
         if isinstance(exc, cattrs.BaseValidationError):
             errors = _format_cattrs_error(exc)
@@ -852,6 +1034,10 @@ def resolve_store_secrets(config: Config, lookup: Callable[[str], str | None]) -
                 changes[f.name] = tuple(
                     resolve(item, f"{path}[{i}].") for i, item in enumerate(value)
                 )
+            elif isinstance(value, Mapping) and any(
+                dataclasses.is_dataclass(v) for v in value.values()
+            ):
+                changes[f.name] = {k: resolve(v, f"{path}.{k}.") for k, v in value.items()}
         return dataclasses.replace(obj, **changes) if changes else obj
 
     resolved = resolve(config, "")

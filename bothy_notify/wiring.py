@@ -63,7 +63,7 @@ from bothy_notify.notify.kinds_dir import LiveCatalogue
 from bothy_notify.notify.planner import RoundOutcome
 from bothy_notify.notify.round import ConsumerRound
 from bothy_notify.notify.routes import FailClosedRoutes, JobLiveRoutes, LiveRoutes
-from bothy_notify.push.factory import build_providers, registration_check
+from bothy_notify.push import providers as provider_table
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.registry import Providers
 from bothy_notify.runner import JobHandler, JobRunner
@@ -224,7 +224,7 @@ class Daemon:
         *,
         clock: Clock | None = None,
         database_url: str | None = None,
-        providers: Mapping[str, PushProvider] | None = None,
+        providers: Mapping[str, PushProvider | Mapping[str, PushProvider]] | None = None,
         metrics: Metrics | None = None,
         stdout: TextIO | None = None,
         before_commit: Callable[[RoundOutcome], None] | None = None,
@@ -336,7 +336,7 @@ class Daemon:
             providers = self.providers = Providers(
                 self._providers_override
                 if self._providers_override is not None
-                else build_providers(
+                else provider_table.build(
                     config.push, dev=config.server.dev, stdout=self._stdout, clock=self.clock
                 ),
                 max_in_flight=config.push.max_in_flight,
@@ -617,10 +617,12 @@ class Daemon:
             metrics=self.metrics,
             validator=EventValidator(),
             provider_names=providers.names,
+            provider_apps=provider_table.configured_apps(providers),
+            vapid_keys=provider_table.vapid_keys(providers),
             readiness=readiness,
             cluster=cluster,
             catalogue=self.live_catalogue,
-            registration_check=registration_check(providers),
+            registration_check=provider_table.registration_check(providers),
         )
 
 

@@ -7,9 +7,10 @@ import dataclasses
 import json
 import re
 import socket
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, get_args, get_type_hints
+from typing import Any, get_args, get_origin, get_type_hints
 
 import pytest
 import tomlkit
@@ -126,7 +127,8 @@ def path_keys() -> set[str]:
                 a for a in (t, *get_args(t)) if isinstance(a, type) and dataclasses.is_dataclass(a)
             ]
             if inner:
-                walk(inner[0], f"{prefix}{f.name}.")
+                mapping = get_origin(t) is Mapping
+                walk(inner[0], f"{prefix}{f.name}.{'*.' if mapping else ''}")
             elif f.metadata.get("path"):
                 keys.add(prefix + f.name)
 
@@ -142,6 +144,8 @@ def test_the_schema_marks_exactly_the_path_keys_of_the_loader() -> None:
             if sub.get("x-path"):
                 marked.add(prefix + name)
             walk(sub, f"{prefix}{name}.")
+            if isinstance(sub.get("additionalProperties"), dict):
+                walk(sub["additionalProperties"], f"{prefix}{name}.*.")
 
     walk(SCHEMA, "")
     assert marked == path_keys()
@@ -287,7 +291,7 @@ def test_store_secrets_resolve_at_start_and_a_missing_one_names_the_key() -> Non
     config = load_config_text(text, env={})
     stored = {"fcm-sa": "{json}"}
     resolved = resolve_store_secrets(config, stored.get)
-    assert resolved.push.fcm is not None
+    assert resolved.push.fcm is not None and resolved.push.fcm.service_account is not None
     assert resolved.push.fcm.service_account.reveal() == "{json}"
     with pytest.raises(ConfigError) as error:
         resolve_store_secrets(config, lambda _name: None)

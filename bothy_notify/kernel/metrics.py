@@ -113,8 +113,9 @@ class Metrics:
             self.push_skipped.labels(reason)
         self.push_sends = Counter(
             "bothy_push_sends",
-            "Provider sends by provider and outcome.",
-            ["provider", "outcome"],
+            "Provider sends by provider, outcome and app (an operator-configured app id,"
+            " default for a provider without apps).",
+            ["provider", "outcome", "app"],
             registry=r,
         )
         self.delivery_seconds = Histogram(
