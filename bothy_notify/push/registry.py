@@ -12,12 +12,13 @@ measurable share of the CPU per push (``docs/performance.md``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 import trio
 
 from bothy_notify.push.port import Message, Outcome, PushProvider, Target
+from bothy_notify.push.recent import RecentSends
 
 SEND_BOUND = timedelta(seconds=30)
 """Longest a whole send may take: two 10 s requests (APNs token refresh) plus margin."""
@@ -28,10 +29,23 @@ class UnknownProvider(Exception):
 
 
 class Providers:
-    """Routes a send to its provider through that provider's limiter."""
+    """Routes a send to its provider through that provider's limiter.
 
-    def __init__(self, providers: Mapping[str, PushProvider], *, max_in_flight: int) -> None:
+    Every outcome is also counted in :attr:`recent` (the status page's sends of
+    the last minutes); ``app_of`` names the configured app of a target, where
+    its provider has one (``None`` otherwise).
+    """
+
+    def __init__(
+        self,
+        providers: Mapping[str, PushProvider],
+        *,
+        max_in_flight: int,
+        app_of: Callable[[Target], str | None] | None = None,
+    ) -> None:
         self._providers = dict(providers)
+        self.recent = RecentSends()
+        self._app_of = app_of
         self._limiters = {name: trio.CapacityLimiter(max_in_flight) for name in self._providers}
         self._self_bounded = frozenset(
             name for name, p in self._providers.items() if getattr(p, "bounds_every_send", False)
@@ -68,6 +82,15 @@ class Providers:
         The job runner uses this so that jobs of a stalled provider go back to
         the queue instead of holding the runner's slots, which every provider shares.
         """
+        outcome = await self._try_send(target, message, permit_wait)
+        if outcome is not None:
+            app = self._app_of(target) if self._app_of is not None else None
+            self.recent.record(target.provider, app, outcome.kind.value, outcome.reason)
+        return outcome
+
+    async def _try_send(
+        self, target: Target, message: Message, permit_wait: float
+    ) -> Outcome | None:
         provider = self._providers.get(target.provider)
         if provider is None:
             return Outcome.rejected("provider_not_configured")
