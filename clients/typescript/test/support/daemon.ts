@@ -43,6 +43,8 @@ export class Daemon {
   api = "";
   gateway = "";
   private child: ChildProcess | undefined;
+  /** Events appended since this start (the daemon's consumed counter starts at 0 too). */
+  private appended = 0;
   private output = "";
   private readonly options: DaemonOptions;
 
@@ -89,6 +91,8 @@ heartbeat = "${o.heartbeat ?? "30s"}"
 
 [notify]
 default_level = "all"
+coalesce_window = "0s"
+mobile_delay_when_desktop_active = "0s"
 poll_interval = "50ms"
 
 [push.fake]
@@ -108,6 +112,7 @@ ${o.extra ?? ""}
       throw new Error(`${BOTHY} is missing: run \`make lint\` (or any make target) first`);
     }
     const offset = this.output.length;
+    this.appended = 0;
     const child = spawn(BOTHY, ["run", "--config", this.configFile], {
       cwd: this.home,
       stdio: ["ignore", "pipe", "pipe"],
@@ -225,7 +230,30 @@ ${o.extra ?? ""}
     if (answer.status !== 200 || body.seqs === undefined) {
       throw new Error(`append answered ${answer.status}: ${JSON.stringify(body)}`);
     }
+    this.appended += body.seqs.length;
     return body.seqs;
+  }
+
+  /** Wait until the consumer round has applied every event appended here. */
+  async settled(): Promise<void> {
+    await until("the round to apply the appended events", async () => {
+      return (await this.metric("bothy_events_consumed_total")) >= this.appended;
+    });
+  }
+
+  /** `POST /v1/registrations` of a fake-provider token for a phone of `user`. */
+  async register(user: string, device: string, token: string): Promise<void> {
+    const answer = await fetch(`${this.apiUrl}/v1/registrations`, {
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${this.deviceToken(user, device, { platform: "ios" })}`,
+        "content-type": "application/json",
+      },
+      body: JSON.stringify({ provider: "fake", token }),
+    });
+    if (answer.status !== 201 && answer.status !== 200) {
+      throw new Error(`registration answered ${answer.status}: ${await answer.text()}`);
+    }
   }
 
   /** A person who may read `threads` and follows them (level all). */
@@ -241,6 +269,8 @@ ${o.extra ?? ""}
       );
     }
     await this.append(events);
+    // Facts first: a focus or a hint is decided with what the round has applied.
+    await this.settled();
   }
 
   /** A message in `thread` by someone else. */
