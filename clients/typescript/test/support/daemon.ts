@@ -119,6 +119,15 @@ ${o.extra ?? ""}
       env: { ...process.env, BOTHY_NOTIFY_CONFIG: "" },
     });
     this.child = child;
+    // Should this test process end early, the daemon drains and stops its own
+    // embedded PostgreSQL (SIGTERM); a SIGKILL would leave the server behind.
+    const orphaned = (): void => {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill("SIGTERM");
+      }
+    };
+    process.once("exit", orphaned);
+    child.once("exit", () => process.off("exit", orphaned));
     const collect = (chunk: Buffer): void => {
       this.output += chunk.toString("utf8");
     };
