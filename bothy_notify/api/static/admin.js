@@ -210,14 +210,17 @@
     try {
       const answer = await fetch("/v1/admin/status", { headers: headers(), cache: "no-store" });
       if (answer.status === 401) {
+        const had = token();
+        sessionStorage.removeItem(KEY); // refused for good: a reload asks again
         showLogin(
-          token()
+          had
             ? "The daemon refused this token (401 unauthorized): it is malformed, expired, or not signed by a key of auth.keys. Paste a new operator token."
             : "This page needs an operator token: without one the daemon answers 401 unauthorized. Paste a token with scope admin:read below.",
         );
         return;
       }
       if (answer.status === 403) {
+        sessionStorage.removeItem(KEY);
         showLogin("This token is valid but lacks scope admin:read (403 forbidden). Paste an operator token.");
         return;
       }
