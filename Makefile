@@ -48,10 +48,16 @@ install-check: $(STAMP)
 ## (`bothy-notify run` on the embedded PostgreSQL) for the client and one headless Chromium for
 ## a page using the client and the status page. Skipped, saying why, only without npm.
 CLIENT := clients/typescript
+CLIENT_STAMP := $(CLIENT)/node_modules/.installed
 client-test: $(STAMP) browser
 	@if ! command -v npm >/dev/null 2>&1; then \
 		echo "client-test: SKIPPED: npm is not installed (Node 18 or later is needed)"; exit 0; fi; \
-	cd $(CLIENT) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && npm test
+	$(MAKE) --no-print-directory $(CLIENT_STAMP) && cd $(CLIENT) && npm test
+
+# npm ci again only when the lockfile changed (a fresh clone always installs).
+$(CLIENT_STAMP): $(CLIENT)/package-lock.json
+	cd $(CLIENT) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	@touch $@
 
 ## browser: Debian's chromium for the browser tests, installed with apt-get where it is missing
 ## (as root); where it cannot be installed the browser tests are skipped and say so
