@@ -51,15 +51,24 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("check-config", parents=[common], help="load and check the configuration")
 
     dev = sub.add_parser(
-        "dev-token", parents=[common], help="mint a device JWT for trying things (dev only)"
+        "dev-token",
+        parents=[common],
+        help="mint a device, producer or operator JWT for trying things (dev only)",
     )
     dev.add_argument("--user", required=True)
-    dev.add_argument("--device", required=True)
+    dev.add_argument("--device", help="the device (a device token; not needed with --scope)")
     dev.add_argument(
-        "--platform", required=True, choices=["ios", "android", "macos", "windows", "linux", "web"]
+        "--platform",
+        choices=["ios", "android", "macos", "windows", "linux", "web"],
+        help="the platform (a device token; not needed with --scope)",
     )
     dev.add_argument("--kind", default="user", choices=["user", "agent", "app"])
-    dev.add_argument("--scope", default="", help="add a scope claim (e.g. events:write)")
+    dev.add_argument(
+        "--scope",
+        default="",
+        help='add a scope claim: "events:write" (a producer), "admin:read admin:write" (the'
+        " status page)",
+    )
     dev.add_argument("--hours", type=float, default=12.0, help="lifetime in hours")
 
     secret = sub.add_parser("secret", help="manage the secret store")

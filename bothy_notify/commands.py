@@ -79,12 +79,16 @@ def dev_token_command(config: Config, args: argparse.Namespace, out: TextIO) -> 
     if not keys:
         raise CommandError("dev-token needs an HS256 key in auth.keys")
     key = keys[0]
-    claims: dict[str, object] = {
-        "sub": args.user,
-        "did": args.device,
-        "plat": args.platform,
-        "kind": args.kind,
-    }
+    if not args.scope and (args.device is None or args.platform is None):
+        raise CommandError(
+            "dev-token: a device token needs --device and --platform"
+            ' (or give --scope, e.g. "admin:read", for a token without a device)'
+        )
+    claims: dict[str, object] = {"sub": args.user, "kind": args.kind}
+    if args.device is not None:
+        claims["did"] = args.device
+    if args.platform is not None:
+        claims["plat"] = args.platform
     if args.scope:
         claims["scope"] = args.scope
     if config.auth.issuer:

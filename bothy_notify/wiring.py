@@ -33,10 +33,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, Protocol, TextIO
 
+import orjson
 import trio
 
 from bothy_notify.api.app import build_app, serve_api
 from bothy_notify.api.context import ApiContext
+from bothy_notify.api.status import StatusSource, node_snapshot
 from bothy_notify.auth import TokenVerifier
 from bothy_notify.cluster import NodeRegistry
 from bothy_notify.config import (
@@ -257,6 +259,9 @@ class Daemon:
         self.jobs_db: Database | None = None
         self.services: dict[str, Supervised] = {}
         """The supervised services of this node by name (``/readyz``)."""
+        self._readiness: Callable[[], Mapping[str, bool]] | None = None
+        self.status: StatusSource | None = None
+        """What ``GET /v1/admin/status`` answers from (once the API is built)."""
 
     def __repr__(self) -> str:
         return f"Daemon(role={self.config.server.role.value!r})"
@@ -371,6 +376,7 @@ class Daemon:
                     config=config,
                     metrics=self.metrics,
                     node_id=self.node_id,
+                    stats=lambda: orjson.dumps(self._snapshot(providers)),
                 )
                 await nursery.start(self.registry.run)
             if config.notify.kinds_dir:
@@ -588,6 +594,12 @@ class Daemon:
         if scope.cancelled_caught:
             log.warning("drain period over; unfinished jobs are given back")
 
+    def _snapshot(self, providers: Providers) -> dict[str, Any]:
+        """This node's aggregates for the status page (``GET /v1/admin/status``)."""
+        readiness = self._readiness
+        ready = readiness is not None and all(readiness().values())
+        return node_snapshot(self.metrics, providers.recent, providers.statistics(), ready=ready)
+
     def _api_context(self, db: Database, providers: Providers) -> ApiContext:
         def readiness() -> dict[str, bool]:
             # Each service's check is false while it is down: restarting after a
@@ -609,6 +621,16 @@ class Daemon:
         def cluster() -> Mapping[str, Any] | None:
             return self.registry.status() if self.registry is not None else None
 
+        self._readiness = readiness
+        config = self.config
+        self.status = StatusSource(
+            node_id=self.node_id,
+            role=config.server.role.value,
+            multi=config.cluster.mode is ClusterMode.MULTI,
+            node_timeout=config.cluster.node_timeout,
+            snapshot=lambda: self._snapshot(providers),
+        )
+
         return ApiContext(
             db=db,
             verifier=TokenVerifier(self.config.auth),
@@ -623,6 +645,7 @@ class Daemon:
             cluster=cluster,
             catalogue=self.live_catalogue,
             registration_check=provider_table.registration_check(providers),
+            status=self.status,
         )
 
 

@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bothy_notify.api import (
+    admin,
     catalogue,
     events,
     ops,
@@ -88,6 +89,15 @@ TOPIC_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/v1/recipients/subscriptions", recipients.post_subscriptions, ["POST"]),
 ]
 """Topic mode (docs/topics.md): a device or a producer token, and the recipient's secret."""
+ADMIN_ROUTES: list[tuple[str, Handler, list[str]]] = [
+    ("/admin", admin.get_page, ["GET"]),
+    ("/admin/admin.css", admin.get_css, ["GET"]),
+    ("/admin/admin.js", admin.get_js, ["GET"]),
+    ("/v1/admin/status", admin.get_status, ["GET"]),
+    ("/v1/admin/dead-letters/retry", admin.post_retry, ["POST"]),
+    ("/v1/admin/dead-letters/discard", admin.post_discard, ["POST"]),
+]
+"""The operator's status page (docs/operations.md): tokens of scope admin:read / admin:write."""
 OPERATOR_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/healthz", ops.healthz, ["GET"]),
     ("/readyz", ops.readyz, ["GET"]),
@@ -104,7 +114,9 @@ def build_app(
     """The ASGI app. ``operator_only`` (role ``worker``) serves just health and metrics."""
     table = list(OPERATOR_ROUTES)
     if not operator_only:
-        table = DEVICE_ROUTES + PRODUCER_ROUTES + TOPIC_ROUTES + (extra_routes or []) + table
+        table = (
+            DEVICE_ROUTES + PRODUCER_ROUTES + TOPIC_ROUTES + ADMIN_ROUTES + (extra_routes or [])
+        ) + table
     by_path: dict[str, dict[str, Handler]] = {}
     for path, fn, methods in table:
         for method in methods:

@@ -13,6 +13,7 @@ import trio
 from starlette.requests import Request
 
 from bothy_notify.api.errors import ApiError, bad_json, body_timeout, too_large
+from bothy_notify.api.status import StatusSource
 from bothy_notify.auth import AuthError, DeviceClaims, ProducerClaims, TokenVerifier
 from bothy_notify.config import Config
 from bothy_notify.kernel import strict_json
@@ -37,7 +38,7 @@ class ApiContext:
     app, ``(provider, app_id, token)`` (returns the bad field and problem, or
     ``None``). ``catalogue`` is the
     source of the kind catalogue served by ``GET /v1/catalogue`` (refreshed
-    per request).
+    per request). ``status`` serves the operator's status page (``None``: 404).
     """
 
     db: Database
@@ -55,6 +56,7 @@ class ApiContext:
     registration_check: Callable[..., Awaitable[tuple[str, str] | None]] | None = None
     catalogue: CatalogueSource = field(default_factory=FixedCatalogue)
     extras: dict[str, Any] = field(default_factory=dict)
+    status: StatusSource | None = None
 
     def __repr__(self) -> str:
         return "ApiContext()"

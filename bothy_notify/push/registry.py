@@ -22,6 +22,7 @@ from datetime import timedelta
 import trio
 
 from bothy_notify.push.port import Message, Outcome, PushProvider, Target
+from bothy_notify.push.recent import RecentSends
 
 SEND_BOUND = timedelta(seconds=30)
 """Longest a whole send may take: two 10 s requests (APNs token refresh) plus margin."""
@@ -52,6 +53,10 @@ class Providers:
         providers: provider name -> its provider object (one default app), or ->
             a map of app id -> provider object (its configured apps).
         max_in_flight: permits per app (``push.max_in_flight``).
+
+    Every outcome is also counted in :attr:`recent` (the status page's sends of
+    the last minutes), under the configured app id where the provider has apps
+    (``None`` for a provider's one default app).
     """
 
     def __init__(
@@ -62,6 +67,7 @@ class Providers:
     ) -> None:
         self._single: dict[str, _Channel] = {}
         self._apps: dict[str, dict[str, _Channel]] = {}
+        self.recent = RecentSends()
         for name, value in providers.items():
             if isinstance(value, Mapping):
                 self._apps[name] = {
@@ -146,15 +152,30 @@ class Providers:
         The job runner uses this so that jobs of a stalled provider go back to
         the queue instead of holding the runner's slots, which every provider shares.
         """
+        app: str | None = None
         channel = self._single.get(target.provider)
         if channel is None:
             apps = self._apps.get(target.provider)
             if apps is None:
-                return Outcome.rejected("provider_not_configured")
+                return self._recorded(
+                    target.provider, None, Outcome.rejected("provider_not_configured")
+                )
             found = apps.get(target.app_id) if target.app_id is not None else None
             if found is None:
-                return Outcome.rejected("unknown_app")
-            channel = found
+                return self._recorded(target.provider, None, Outcome.rejected("unknown_app"))
+            channel, app = found, found.label
+        outcome = await self._send_on(channel, target, message, permit_wait)
+        if outcome is not None:
+            self.recent.record(target.provider, app, outcome.kind.value, outcome.reason)
+        return outcome
+
+    def _recorded(self, provider: str, app: str | None, outcome: Outcome) -> Outcome:
+        self.recent.record(provider, app, outcome.kind.value, outcome.reason)
+        return outcome
+
+    async def _send_on(
+        self, channel: _Channel, target: Target, message: Message, permit_wait: float
+    ) -> Outcome | None:
         limiter = channel.limiter
         try:
             limiter.acquire_nowait()  # the common case: a permit is free, no deadline needed

@@ -112,6 +112,9 @@ import json, sys, urllib.error, urllib.request
 api, token = sys.argv[1], sys.argv[2]
 with urllib.request.urlopen(f"http://{api}/healthz", timeout=10) as answer:
     health = answer.status
+# The status page's files are package data: served from the installed wheel.
+with urllib.request.urlopen(f"http://{api}/admin/admin.js", timeout=10) as answer:
+    page = answer.status if b"/v1/admin/status" in answer.read() else 0
 body = json.dumps({"events": [{"type": "user.upserted",
     "payload": {"user_id": "install-check", "kind": "human", "active": True}}]}).encode()
 request = urllib.request.Request(f"http://{api}/v1/events", data=body, method="POST",
@@ -121,7 +124,7 @@ try:
         status, answered = answer.status, json.load(answer)
 except urllib.error.HTTPError as error:  # a 4xx/5xx: report it, the check fails on it
     status, answered = error.code, {"error": error.read().decode(errors="replace")}
-print(json.dumps({"health": health, "status": status, "body": answered}))
+print(json.dumps({"health": health, "page": page, "status": status, "body": answered}))
 """
 
 
@@ -401,7 +404,12 @@ def check(tmp: Path, progress: Progress) -> None:
             ).stdout
         )
         seqs = answer["body"].get("seqs")
-        if answer["health"] != 200 or answer["status"] != 200 or not _one_seq(seqs):
+        if (
+            answer["health"] != 200
+            or answer["page"] != 200
+            or answer["status"] != 200
+            or not _one_seq(seqs)
+        ):
             raise CheckFailed(f"unexpected answer to the append: {answer}")
         progress.say(f"appended: seq {seqs[0]}; SIGTERM")
         stopped_at = time.monotonic()
