@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= config/dev.toml
 
-.PHONY: run test lint typecheck unit install-check bench migrate demo clean
+.PHONY: run test lint typecheck unit install-check bench migrate demo schemas clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ unit: $(STAMP)
 ## append over HTTP, SIGTERM, and the demo (tests/install/smoke.py)
 install-check: $(STAMP)
 	$(PY) tests/install/smoke.py
+
+## schemas: write schemas/config.schema.json from the configuration's definitions
+## (bothy_notify/config.py; a test fails while the file differs)
+schemas: $(STAMP)
+	$(PY) -m bothy_notify.config_schema schemas/config.schema.json
 
 migrate: $(STAMP)
 	$(VENV)/bin/bothy-notify migrate --config $(CONFIG)

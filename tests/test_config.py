@@ -28,6 +28,7 @@ from bothy_notify.config import (
     parse_duration,
     resolve_store_secrets,
 )
+from bothy_notify.config_schema import schema_text
 from tests.support.repo import CONFIG_DIR, SCHEMA_DIR
 
 EXAMPLE = CONFIG_DIR / "bothy-notify.example.toml"
@@ -68,6 +69,13 @@ def example_keys() -> set[str]:
         if assignment:
             keys.add(f"{section}.{assignment.group(1)}" if section else assignment.group(1))
     return keys
+
+
+def test_the_schema_file_is_generated_from_the_definitions() -> None:
+    # The definitions in bothy_notify/config.py are the one table of keys;
+    # `make schemas` writes the file from them.
+    written = (SCHEMA_DIR / "config.schema.json").read_text(encoding="utf-8")
+    assert written == schema_text(), "schemas/config.schema.json is stale: run `make schemas`"
 
 
 def test_loader_example_and_schema_name_the_same_keys() -> None:
