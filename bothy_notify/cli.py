@@ -248,6 +248,8 @@ def _run_processes(config: Config, count: int, path: str | None, notifier: Notif
         return EXIT_FAILED
     except BaseExceptionGroup as group:
         _raise_startup_error(group)
+    finally:
+        notifier.close()
 
 
 def _run(
@@ -351,6 +353,8 @@ def _run(
         trio.run(main_task)
     except BaseExceptionGroup as group:
         _raise_startup_error(group)
+    finally:
+        notifier.close()
     return EXIT_OK
 
 
