@@ -346,7 +346,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"bothy-notify {__version__}"
     pyproject = tomlkit.parse((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    assert pyproject["project"]["version"] == __version__  # type: ignore[index]
+    assert pyproject["project"]["version"] == __version__
 
 
 def test_changed_keys_compare_secrets_by_reference() -> None:
