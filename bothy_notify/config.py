@@ -1,9 +1,15 @@
-"""Typed configuration: one TOML file, read with tomlkit, structured with cattrs.
+"""Typed configuration: one TOML file, read with tomlkit, structured with cattrs,
+with every key overridable by an environment variable.
 
-Every key has a default (see ``config/bothy-notify.example.toml``, which
-documents each one, and ``schemas/config.schema.json``, which describes each
-one; a test keeps the three equal). Loading fails with :class:`ConfigError`
-naming the key for an unknown key, a wrong type or an out-of-range value.
+The fields below are the one table of keys: a field's type, default and
+``_meta(doc, min=, max=, source_rule=, path=)`` are what the loader checks,
+what ``schemas/config.schema.json`` says (generated from them by
+:mod:`bothy_notify.config_schema`, ``make schemas``), what the override
+variable accepts and what ``check-config --print`` shows.
+``config/bothy-notify.example.toml`` documents each key for operators; tests
+keep it, the schema file and the fields equal. Loading fails with
+:class:`ConfigError` naming the key for an unknown key, a wrong type or an
+out-of-range value.
 
 Durations are strings with a unit (``"250ms"``, ``"2s"``, ``"5m"``, ``"1h"``,
 ``"30d"``). Secrets are :class:`Secret` values given as ``env:NAME`` (resolved
@@ -18,6 +24,45 @@ the working directory (``~`` is expanded). An empty ``database.data_dir`` is the
 per-user data directory (:func:`default_data_dir`). ``database.url = ""`` is
 the same as no ``url``: the embedded server. The rest of the code therefore sees
 absolute paths and ``database.url is None`` exactly when the server is embedded.
+
+Environment overrides. ``BOTHY_NOTIFY__<SECTION>__<KEY>`` (the key's path in
+capitals, joined by two underscores: ``BOTHY_NOTIFY__PUSH__APNS__KEY_ID``, see
+:func:`env_name`) sets a key over the file, typed by the field: integers,
+``true``/``false``, durations and enum values as in the file, lists
+comma-separated or as a TOML array; a variable naming a table (a section, a
+provider block, ``notify.kinds``) takes a TOML inline table merged into the
+file's; one naming an array of tables takes a TOML inline array that replaces
+the file's, and ``..._KEYS__<N>__<FIELD>`` sets one field of entry N (N up to
+the number of entries: one past the last adds an entry). A secret given as the
+variable's own value becomes ``env:<THAT VARIABLE>``. Errors name the
+variable (and the key), never its value; a variable that names no key is an
+error. :func:`load` also returns where each value came from (:class:`Loaded`).
+
+Adding a key (the lead's and everyone's recipe):
+
+1. Add the field to its section's dataclass with a default and
+   ``metadata=_meta("one-line description", min=..., max=...)``;
+   ``source_rule=`` for a :class:`Secret` (``"ref"``: env:/secret: only,
+   ``"ref_or_literal"``, ``"env_or_literal"``), ``path=True`` for a file or
+   directory. A new section or provider block is a new frozen dataclass and a
+   field of type ``XConfig`` (or ``XConfig | None`` for an optional block, which
+   exists exactly when given); a table of named entries is
+   ``Mapping[str, XConfig]`` with ``default_factory=dict``.
+2. ``make schemas`` (writes ``schemas/config.schema.json``).
+3. Document it in ``config/bothy-notify.example.toml`` with its default (a
+   test names a key missing there).
+Its environment variable, its ``--print`` line and its checks come with it.
+
+Porting a key added the old way (a field plus a hand-written schema entry):
+keep the field, move what only the schema said into its ``_meta``: the
+schema's ``description`` into ``doc`` when it says more, ``minimum``/
+``maximum`` (or ``x-minimum-seconds``/``x-maximum-seconds`` of a duration)
+into ``min``/``max``, ``x-secret`` with a ``pattern`` of ``^(env|secret):``
+into ``source_rule="ref"``, ``x-path`` into ``path=True``; an ``enum`` is the
+field's enum type, ``default`` the field's default. Then take the generated
+schema (``make schemas``, or ``git checkout --theirs`` then ``make schemas``
+after a merge conflict) and read ``git diff schemas/config.schema.json``:
+only the port's own changes should show.
 """
 
 from __future__ import annotations
