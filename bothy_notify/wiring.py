@@ -493,7 +493,7 @@ class Daemon:
         """Keep ``bothy_readiness_check{check}`` equal to what ``/readyz`` answers."""
         gauge = self.metrics.readiness_check
         while True:
-            for check, ok in (await readiness_checks(context)).items():
+            for check, ok in (await readiness_checks(context, share=False)).items():
                 gauge.labels(check).set(1 if ok else 0)
             await trio.sleep(READINESS_INTERVAL)
 

@@ -1,5 +1,6 @@
 """A reload (SIGHUP) applies the log level and the kind catalogue, and names every
-other key that changed as waiting for a restart."""
+other key that changed as waiting for a restart; the readiness checks an alert
+watches are exported as a metric."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from bothy_notify.config import ConfigError, LogLevel
-from tests.harness import make_config
+from tests.harness import make_config, wait_for
 
 KIND = {"social:poke": {"category": "social", "template": "{count} pokes"}}
 
@@ -69,3 +70,19 @@ async def test_a_reload_with_invalid_kinds_changes_nothing(launch: Any) -> None:
     assert daemon.catalogue == before
     assert daemon.config.notify.categories == ("social",)
     assert daemon.config.log.level is not LogLevel.DEBUG
+
+
+async def test_the_readiness_checks_are_exported_as_a_metric(launch: Any) -> None:
+    node = await launch()
+    checks = (await node.request("GET", "/readyz")).json()["checks"]
+
+    async def exported() -> bool:
+        samples = {
+            s.labels["check"]: s.value
+            for family in node.metrics.registry.collect()
+            if family.name == "bothy_readiness_check"
+            for s in family.samples
+        }
+        return samples == dict.fromkeys(checks, 1.0)
+
+    await wait_for(exported, what="bothy_readiness_check for every /readyz check")
