@@ -89,7 +89,7 @@ the GIL. Measured in bench/gateway.py at 200 hints/s: p99 39 ms instead of
 
 READINESS_INTERVAL = 5.0
 """Seconds between two refreshes of ``bothy_readiness_check`` (a scrape every 15 s or
-more sees a value at most this old; the database ping it includes is shared)."""
+more sees a value at most this old), each with one database ping of its own."""
 
 API_POOL_WAIT = 5.0
 """Seconds an HTTP request or gateway query waits for a pooled connection before it is
