@@ -577,6 +577,7 @@ def _origin(t: Any) -> Any:
 def _make_converter(env: Mapping[str, str]) -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
     conv.register_structure_hook(int, _strict(int, "an integer"))
+    conv.register_structure_hook(float, _strict(float, "a number"))
     conv.register_structure_hook(bool, _strict(bool, "true or false"))
     conv.register_structure_hook(str, _strict(str, "a string"))
 
@@ -614,8 +615,10 @@ def _make_converter(env: Mapping[str, str]) -> cattrs.Converter:
         except ValueError:
             raise ValueError(f"expected one of: {allowed}") from None
 
-    for enum_type in (Role, ClusterMode, Level, ApnsStyle, LogFormat, LogLevel, JwtAlgorithm):
-        conv.register_structure_hook(enum_type, enum_hook)
+    # Every enum of a field (by class: StrEnum before str in the method order), so a
+    # new key's enum needs no line here.
+    for enum_base in (enum.StrEnum, enum.Enum):
+        conv.register_structure_hook(enum_base, enum_hook)
 
     def tuple_hook(value: Any, t: Any) -> tuple[Any, ...]:
         if not isinstance(value, list | tuple):
@@ -686,7 +689,7 @@ def _check(config: Config) -> list[str]:
         number: float | None = None
         if isinstance(value, timedelta):
             number = value.total_seconds()
-        elif isinstance(value, int) and not isinstance(value, bool):
+        elif isinstance(value, int | float) and not isinstance(value, bool):
             number = value
         if number is not None:
             if low is not None and number < low:
