@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= config/dev.toml
 
-.PHONY: run test lint typecheck unit install-check client-test browser bench migrate demo clean
+.PHONY: run test lint typecheck unit install-check client-test browser bench migrate demo schemas clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,11 @@ browser:
 			(apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium) >/dev/null \
 				|| echo "browser: apt-get could not install chromium: the browser tests are skipped"; \
 		else echo "browser: chromium is missing and cannot be installed here (not root or no apt-get)"; fi; }
+
+## schemas: write schemas/config.schema.json from the configuration's definitions
+## (bothy_notify/config.py; a test fails while the file differs)
+schemas: $(STAMP)
+	$(PY) -m bothy_notify.config_schema schemas/config.schema.json
 
 migrate: $(STAMP)
 	$(VENV)/bin/bothy-notify migrate --config $(CONFIG)

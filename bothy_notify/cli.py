@@ -1,27 +1,36 @@
 """The ``bothy-notify`` command line.
 
-Commands: ``run``, ``migrate``, ``check-config``, ``dev-token``, ``secret set``,
-``vapid generate``, ``push test``, ``events dead-letters``, ``events retry``, ``demo``.
-Every command takes ``--config FILE`` (default: the ``BOTHY_NOTIFY_CONFIG`` environment
-variable, else built-in defaults).
+Commands: ``run``, ``migrate``, ``check-config [--print]``, ``dev-token``,
+``secret set``, ``vapid generate``, ``push test``, ``events dead-letters``,
+``events retry``, ``demo``; ``--version``. Every command takes ``--config FILE``
+(default: the ``BOTHY_NOTIFY_CONFIG`` environment variable, else built-in
+defaults), and ``BOTHY_NOTIFY__<SECTION>__<KEY>`` variables override the file
+(:mod:`bothy_notify.config`).
 Exit codes: 0 success, 1 the command failed, 2 bad usage or configuration.
+
+``run`` under systemd (``Type=notify``) tells the service manager when it
+serves, drains and reloads (:mod:`bothy_notify.kernel.sdnotify`); SIGHUP
+reloads what :meth:`bothy_notify.wiring.Daemon.reload` names.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from functools import partial
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import trio
 
-from bothy_notify.config import Config, ConfigError, Role, ServerConfig, load_config
+from bothy_notify import __version__
+from bothy_notify.config import Config, ConfigError, Role, ServerConfig, load, load_config
+from bothy_notify.kernel.sdnotify import Notifier
 from bothy_notify.logs import setup_logging
 
 if TYPE_CHECKING:
@@ -30,11 +39,14 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
+log = logging.getLogger("bothy.cli")
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bothy-notify", description="Bothy Notify: a self-hosted notification daemon."
     )
+    parser.add_argument("--version", action="version", version=f"bothy-notify {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="FILE", help="the TOML configuration file")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -48,7 +60,15 @@ def _parser() -> argparse.ArgumentParser:
         help="override server.processes: run N node processes sharing the ports",
     )
     sub.add_parser("migrate", parents=[common], help="apply database migrations")
-    sub.add_parser("check-config", parents=[common], help="load and check the configuration")
+    check = sub.add_parser(
+        "check-config", parents=[common], help="load and check the configuration"
+    )
+    check.add_argument(
+        "--print",
+        action="store_true",
+        dest="print_config",
+        help="print the effective configuration (secrets redacted) with each value's source",
+    )
 
     dev = sub.add_parser(
         "dev-token",
@@ -128,10 +148,11 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     args = _parser().parse_args(argv)
     path = _config_path(args)
     try:
-        config = load_config(path)
+        loaded = load(path)
     except ConfigError as exc:
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    config = loaded.config
     child: ParentChannel | None = None
     if args.command == "run":
         problem = _check_processes(args.processes)
@@ -156,8 +177,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             print(f"bothy-notify: {exc}", file=sys.stderr)
             return EXIT_USAGE
         processes = config.server.processes
+        # With --print everything written is TOML: the report lines are comments.
+        note = "# " if args.print_config else ""
         print(
-            f"configuration OK ({path or 'built-in defaults'}); role {config.server.role}"
+            f"{note}configuration OK ({path or 'built-in defaults'}); role {config.server.role}"
             + (f", {processes} processes" if processes > 1 else ""),
             file=out,
         )
@@ -165,14 +188,20 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             apps = [app for app, _key, _settings in providers.entry(name).apps(config.push)]
             named = ", ".join(a for a in apps if a is not None)
             print(
-                f"provider {name}: " + (f"apps {named}" if named else "one app"),
+                f"{note}provider {name}: " + (f"apps {named}" if named else "one app"),
                 file=out,
             )
         if skipped:
             print(
-                "not checked here (read from the secret store at run): " + ", ".join(skipped),
+                f"{note}not checked here (read from the secret store at run): "
+                + ", ".join(skipped),
                 file=out,
             )
+        if args.print_config:
+            from bothy_notify.config_schema import render_effective
+
+            print(f"{note}sources: file, environment BOTHY_NOTIFY__..., default\n", file=out)
+            out.write(render_effective(loaded))
         return EXIT_OK
     setup_logging(config.log, process=child.spec.ordinal if child is not None else None)
     from bothy_notify import commands
@@ -180,14 +209,25 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
 
     try:
         if args.command == "run":
+
+            def reloaded() -> Config:
+                """The configuration loaded again, as this process runs it."""
+                again = load_config(path)
+                if child is not None:
+                    return child.spec.apply(again)
+                if args.role is not None:
+                    return replace(again, server=replace(again.server, role=Role(args.role)))
+                return again
+
             if child is not None:
-                return _run(child.spec.apply(config), child=child)
+                return _run(child.spec.apply(config), child=child, reloaded=reloaded)
+            notifier = Notifier.from_environment()  # only the main process speaks to systemd
             if args.role is not None:
                 config = replace(config, server=replace(config.server, role=Role(args.role)))
             count = args.processes or config.server.processes
             if count > 1:
-                return _run_processes(config, count, path)
-            return _run(config)
+                return _run_processes(config, count, path, notifier)
+            return _run(config, notifier=notifier, reloaded=reloaded)
         if args.command == "migrate":
             return commands.migrate_command(config, out)
         if args.command == "dev-token":
@@ -226,42 +266,73 @@ def _check_processes(value: int | None) -> str | None:
     return None
 
 
-def _run_processes(config: Config, count: int, path: str | None) -> int:
+def _run_processes(config: Config, count: int, path: str | None, notifier: Notifier) -> int:
     """``run`` as the parent of ``count`` node processes (:mod:`bothy_notify.processes`)."""
     from bothy_notify.processes.parent import ListenError, run_node_processes
 
     try:
-        return run_node_processes(config, count=count, config_path=path)
+        return run_node_processes(config, count=count, config_path=path, notifier=notifier)
     except ListenError as exc:
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except BaseExceptionGroup as group:
         _raise_startup_error(group)
+    finally:
+        notifier.close()
 
 
-def _run(config: Config, *, child: ParentChannel | None = None) -> int:
+def _run(
+    config: Config,
+    *,
+    child: ParentChannel | None = None,
+    notifier: Notifier | None = None,
+    reloaded: Callable[[], Config] | None = None,
+) -> int:
     """``run`` as one node: this process (``child``: one of the node processes of
-    ``server.processes``, told what to do over its control channel)."""
+    ``server.processes``, told what to do over its control channel). ``notifier``
+    speaks to systemd; ``reloaded`` loads the configuration again (SIGHUP)."""
     from bothy_notify.wiring import Daemon, NodeAddresses
 
+    notifier = notifier or Notifier(None)
     daemon = Daemon(
         config,
         gateway_factory=_gateway_factory(),
         database_url=child.spec.database_url if child is not None else None,
         reuse_port=child is not None,
         migrate=child is None,
+        notifier=notifier,
     )
     name = f"bothy-notify[{child.spec.ordinal}]" if child is not None else "bothy-notify"
+    serving = False
+
+    async def reload() -> None:
+        """SIGHUP: load the configuration again and apply what a reload changes; a
+        configuration that does not load changes nothing (the node keeps serving)."""
+        if serving:
+            notifier.reloading("reloading")
+        try:
+            if reloaded is not None:
+                await daemon.reload(await trio.to_thread.run_sync(reloaded))
+        except ConfigError as exc:
+            print(f"{name}: reload refused, nothing changed: {exc}", file=sys.stderr, flush=True)
+            log.warning("reload refused: the configuration is invalid; nothing changed")
+        finally:
+            if serving:
+                notifier.ready(f"serving (role {config.server.role.value})")
 
     async def main_task() -> None:
         # Signals are taken over before anything starts, so a SIGTERM during startup
         # also ends in a graceful shutdown rather than a killed process.
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        nonlocal serving
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             async with trio.open_nursery() as nursery:
 
                 async def on_signal() -> None:
                     draining = False
-                    async for _ in signals:
+                    async for signum in signals:
+                        if signum == signal.SIGHUP:
+                            await reload()  # one at a time; signals wait meanwhile
+                            continue
                         if draining:  # a second signal: stop now (cleanups still run)
                             stop_now()
                             return
@@ -278,13 +349,21 @@ def _run(config: Config, *, child: ParentChannel | None = None) -> int:
                     nursery.cancel_scope.cancel()  # stopped: no more signals to wait for
 
                 nursery.start_soon(on_signal)
+                # From the start: the embedded server's start and the migrations count.
+                nursery.start_soon(notifier.keep_watchdog)
                 if child is not None:
                     # The parent's drain and stop are its signals passed on; the end of
                     # the channel means the parent is gone: drain.
                     nursery.start_soon(
-                        partial(child.watch, drain=daemon.request_shutdown, stop=stop_now)
+                        partial(
+                            child.watch,
+                            drain=daemon.request_shutdown,
+                            stop=stop_now,
+                            reload=partial(nursery.start_soon, reload),
+                        )
                     )
                 addresses = await nursery.start(run_daemon)
+                serving = True
                 if child is not None:
                     await child.ready()  # the parent prints the line for all of them
                     return
@@ -303,6 +382,8 @@ def _run(config: Config, *, child: ParentChannel | None = None) -> int:
         trio.run(main_task)
     except BaseExceptionGroup as group:
         _raise_startup_error(group)
+    finally:
+        notifier.close()
     return EXIT_OK
 
 

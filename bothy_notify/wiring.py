@@ -29,7 +29,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Literal, Protocol, TextIO
 
@@ -38,6 +38,7 @@ import trio
 
 from bothy_notify.api.app import build_app, serve_api
 from bothy_notify.api.context import ApiContext
+from bothy_notify.api.ops import readiness_checks
 from bothy_notify.api.status import StatusSource, node_snapshot
 from bothy_notify.auth import TokenVerifier
 from bothy_notify.cluster import NodeRegistry
@@ -46,6 +47,7 @@ from bothy_notify.config import (
     Config,
     ConfigError,
     Role,
+    changed_keys,
     resolve_store_secrets,
     store_secret_names,
 )
@@ -55,7 +57,9 @@ from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import NoPresence, PresenceView
+from bothy_notify.kernel.sdnotify import Notifier
 from bothy_notify.kernel.supervise import Service, Supervised
+from bothy_notify.logs import set_level
 from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.jobs.flush import FlushHandler
@@ -84,6 +88,10 @@ SWITCH_INTERVAL = 0.0005
 loop take turns many times per hint; with 5 ms each turn could wait up to 5 ms for
 the GIL. Measured in bench/gateway.py at 200 hints/s: p99 39 ms instead of
 195-295 ms, p50 15 instead of 18-20 ms (docs/performance.md, "gateway")."""
+
+READINESS_INTERVAL = 5.0
+"""Seconds between two refreshes of ``bothy_readiness_check`` (a scrape every 15 s or
+more sees a value at most this old), each with one database ping of its own."""
 
 API_POOL_WAIT = 5.0
 """Seconds an HTTP request or gateway query waits for a pooled connection before it is
@@ -212,6 +220,8 @@ class Daemon:
             (:mod:`bothy_notify.processes`).
         migrate: apply migrations at start (``False`` when the parent of
             ``server.processes`` applied them once for every process).
+        notifier: systemd's readiness protocol: ``READY=1`` once the node serves,
+            ``STOPPING=1`` when it drains (:mod:`bothy_notify.kernel.sdnotify`).
 
     Raises:
         ConfigError: ``notify.kinds`` is invalid or ``notify.kinds_dir`` is not a
@@ -233,8 +243,10 @@ class Daemon:
         gateway_factory: GatewayFactory | None = None,
         reuse_port: bool = False,
         migrate: bool = True,
+        notifier: Notifier | None = None,
     ) -> None:
         self.config = config
+        self._notifier = notifier or Notifier(None)
         self._reuse_port = reuse_port
         self._migrate = migrate
         self.spec = role_spec(config.server.role, config.cluster.mode)
@@ -274,6 +286,35 @@ class Daemon:
     def request_shutdown(self) -> None:
         """Begin a graceful shutdown (SIGINT/SIGTERM)."""
         self._shutdown.set()
+
+    async def reload(self, config: Config) -> tuple[str, ...]:
+        """Take in what a reload changes (SIGHUP; ``docs/operations.md``, "Reload"):
+        ``log.level``, and the kind catalogue: ``notify.kinds``,
+        ``notify.categories`` and every file of ``notify.kinds_dir``, read again now.
+
+        ``config`` is the configuration loaded again (with this node's own
+        overrides applied). Returns the other keys that differ from the running
+        configuration: they take effect at the next start.
+
+        Raises:
+            ConfigError: the new ``notify.kinds`` is invalid; nothing changed.
+        """
+        await trio.to_thread.run_sync(self.live_catalogue.reconfigure, config.notify)
+        set_level(config.log)
+        running = self.config
+        self.config = replace(
+            running,
+            notify=replace(
+                running.notify, kinds=config.notify.kinds, categories=config.notify.categories
+            ),
+            log=replace(running.log, level=config.log.level),
+        )
+        later = tuple(changed_keys(self.config, config))
+        log.info(
+            "configuration reloaded",
+            extra={"catalogue_version": self.catalogue.version, "restart_needed": list(later)},
+        )
+        return later
 
     async def run(
         self, *, task_status: trio.TaskStatus[NodeAddresses] = trio.TASK_STATUS_IGNORED
@@ -423,10 +464,9 @@ class Daemon:
             elif spec.gateway_jobs and publisher is not None:
                 assert jobs_db is not None
                 await self._start_gateway_jobs(nursery, jobs_db, url, publisher)
-            app = build_app(
-                self._api_context(db, providers),
-                operator_only=spec.http == "operator",
-            )
+            context = self._api_context(db, providers)
+            app = build_app(context, operator_only=spec.http == "operator")
+            nursery.start_soon(self._report_readiness, context)
 
             async def serve_http(*, task_status: trio.TaskStatus[str]) -> None:
                 try:
@@ -450,9 +490,18 @@ class Daemon:
                 | ({"node_id": self.node_id} if spec.registry else {}),
             )
             task_status.started(NodeAddresses(api_address, gateway_address))
+            self._notifier.ready(f"serving (role {config.server.role.value})")
             await self._shutdown.wait()
             await self._drain(config.server.drain_period, api_shutdown, api_stopped)
             nursery.cancel_scope.cancel()
+
+    async def _report_readiness(self, context: ApiContext) -> None:
+        """Keep ``bothy_readiness_check{check}`` equal to what ``/readyz`` answers."""
+        gauge = self.metrics.readiness_check
+        while True:
+            for check, ok in (await readiness_checks(context, share=False)).items():
+                gauge.labels(check).set(1 if ok else 0)
+            await trio.sleep(READINESS_INTERVAL)
 
     def _supervised(self, name: str, service: Service) -> Supervised:
         supervised = self.services[name] = Supervised(name, service, metrics=self.metrics)
@@ -582,6 +631,7 @@ class Daemon:
         has, the runner stops claiming and waits for its jobs, the gateway closes
         its connections with 1001."""
         log.info("shutting down", extra={"drain_seconds": period.total_seconds()})
+        self._notifier.stopping("draining")
         with trio.move_on_after(period.total_seconds()) as scope:
             api_shutdown.set()
             if self.runner is not None:

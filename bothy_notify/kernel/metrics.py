@@ -271,6 +271,14 @@ class Metrics:
             ["cause"],
             registry=r,
         )
+        self.readiness_check = Gauge(
+            "bothy_readiness_check",
+            "1 while a check of /readyz is true, 0 while it is false, by check (database,"
+            " round, runner, ...); refreshed every few seconds.",
+            ["check"],
+            registry=r,
+            multiprocess_mode="liveall",
+        )
         self.catalogue_invalid_files = Gauge(
             "bothy_catalogue_invalid_files",
             "Kinds files of notify.kinds_dir refused now (their app keeps its last good kinds).",

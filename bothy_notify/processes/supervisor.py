@@ -22,6 +22,8 @@ control channel (:mod:`bothy_notify.processes.control`) with each of them:
   :data:`KILL_AFTER` seconds after that.
 - **stop** (:meth:`Supervisor.stop`, a second signal): ``stop`` to every
   child, killed :data:`KILL_AFTER` seconds later if still running.
+- **reload** (:meth:`Supervisor.reload`, SIGHUP): ``reload`` to every child
+  running now (a child started later loads the configuration anyway).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 
 import trio
 
-from bothy_notify.processes.control import DRAIN, READY, STOP, SUPERVISED_ENV, ChildSpec
+from bothy_notify.processes.control import DRAIN, READY, RELOAD, STOP, SUPERVISED_ENV, ChildSpec
 
 log = logging.getLogger("bothy.processes")
 
@@ -186,6 +188,11 @@ class Supervisor:
         self._send_all(STOP)
         if self._helpers is not None:
             self._helpers.start_soon(self._kill_later)
+
+    def reload(self) -> None:
+        """Ask every running child to reload its configuration (SIGHUP)."""
+        if not self._stopping.is_set():
+            self._send_all(RELOAD)
 
     def _send_all(self, line: bytes) -> None:
         if self._helpers is not None:

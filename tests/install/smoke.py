@@ -8,7 +8,8 @@ What a new operator does, from a clean state, proven end to end:
    packages; pip's cache is reused, nothing beyond the package registry);
 3. from another directory (never the repository): ``import bothy_notify.cli,
    bothy_notify.commands`` comes from the venv, the packaged schemas and example
-   equal the repository's, ``bothy-notify --help`` and ``check-config`` work;
+   equal the repository's, ``bothy-notify --help``, ``--version`` and
+   ``check-config`` work;
 4. ``bothy-notify run`` on the embedded PostgreSQL (``database.url = ""``, a
    ``data_dir`` relative to the configuration file), a producer token from
    ``dev-token``, one event appended with ``urllib`` from the venv's Python;
@@ -359,6 +360,15 @@ def check(tmp: Path, progress: Progress) -> None:
     )
     _compare_package_data(inspected, venv)
     run([cli, "--help"], timeout=COMMAND_TIMEOUT, cwd=work, env=env, what="bothy-notify --help")
+    version = run(
+        [cli, "--version"],
+        timeout=COMMAND_TIMEOUT,
+        cwd=work,
+        env=env,
+        what="bothy-notify --version",
+    )
+    if not re.fullmatch(r"bothy-notify \d+\.\d+\.\d+\S*\n", version.stdout):
+        raise CheckFailed(f"--version did not name the version: {version.stdout!r}")
 
     progress.say("bothy-notify check-config")
     (work / "check.toml").write_text(CHECK_CONFIG)
