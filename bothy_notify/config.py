@@ -85,8 +85,6 @@ import tomlkit
 from cattrs.errors import IterableValidationError, IterableValidationNote
 from tomlkit.exceptions import ParseError
 
-from bothy_notify.kernel.ids import ID_PATTERN
-
 
 class ConfigError(Exception):
     """The configuration cannot be used; the message names the key, never a secret."""
@@ -434,8 +432,10 @@ class FakeProviderConfig:
     )
 
 
-APP_ID_PATTERN = ID_PATTERN
-"""The form of an app id (``[push.<provider>.apps.<app_id>]``): an ID of SPEC section 7."""
+APP_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+"""The form of an app id (``[push.<provider>.apps.<app_id>]``): an ID of SPEC section 7,
+``kernel.ids.ID_PATTERN`` (not imported: notify.domain imports this module and must not
+reach the clock through kernel.ids; a test keeps the two equal)."""
 
 
 @dataclass(frozen=True)

@@ -442,3 +442,10 @@ def test_a_key_of_a_new_enum_or_a_float_needs_only_its_field() -> None:
             "default": 10.0,
         },
     }
+
+
+def test_the_app_id_form_of_the_configuration_is_the_id_form_of_the_daemon() -> None:
+    from bothy_notify import config as config_module
+    from bothy_notify.kernel.ids import ID_PATTERN
+
+    assert config_module.APP_ID_PATTERN == ID_PATTERN
