@@ -37,6 +37,13 @@ from dataclasses import dataclass
 
 _RANDOM = random.Random()  # noqa: S311 - jitter, not cryptography
 
+RESTART_FIRST = 0.5
+"""Seconds before a failed service or node process is started again: long enough not
+to spin on a failure that repeats at once, short enough that a one-off costs little."""
+RESTART_MAX = 30.0
+"""Longest wait between restarts, in seconds; also how long a run must stay up for its
+next failure to wait :data:`RESTART_FIRST` again."""
+
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
@@ -99,6 +106,13 @@ class Backoff:
         return Retries(self)
 
 
+def restart_backoff(first: float = RESTART_FIRST, longest: float = RESTART_MAX) -> Backoff:
+    """The restart rule of ``kernel.supervise.Supervised`` and of
+    ``processes.supervisor.Supervisor``: ``first`` doubling to ``longest``, and the
+    first again after a run that stayed up ``longest`` (tests shorten both)."""
+    return Backoff(initial=first, cap=longest, reset_after=longest)
+
+
 class Retries:
     """The failures in a row of one thing that follows a :class:`Backoff`.
 
@@ -137,4 +151,4 @@ class Retries:
         self.failures = 0
 
 
-__all__ = ["Backoff", "Retries"]
+__all__ = ["RESTART_FIRST", "RESTART_MAX", "Backoff", "Retries", "restart_backoff"]

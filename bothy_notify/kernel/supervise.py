@@ -27,17 +27,16 @@ from typing import Any
 
 import trio
 
-from bothy_notify.kernel.backoff import Backoff
+from bothy_notify.kernel.backoff import RESTART_FIRST, RESTART_MAX, restart_backoff
 from bothy_notify.kernel.metrics import Metrics
 
 log = logging.getLogger("bothy.supervise")
 
-FIRST_DELAY = 0.5
-"""Seconds before the first restart: long enough not to spin on a failure that repeats
-at once, short enough that a one-off costs little."""
-MAX_DELAY = 30.0
-"""Longest wait between restarts, in seconds; also how long a service must stay up for
-its backoff to start again from :data:`FIRST_DELAY`."""
+FIRST_DELAY = RESTART_FIRST
+"""Seconds before the first restart (:data:`~bothy_notify.kernel.backoff.RESTART_FIRST`)."""
+MAX_DELAY = RESTART_MAX
+"""Longest wait between restarts, and how long a service must stay up for its backoff
+to start again from :data:`FIRST_DELAY` (:data:`~bothy_notify.kernel.backoff.RESTART_MAX`)."""
 
 Service = Callable[..., Awaitable[Any]]
 """``async def run(*, task_status)`` of a long-running service."""
@@ -105,7 +104,7 @@ class Supervised:
         self.name = name
         self._service = service
         self._metrics = metrics
-        self._backoff = Backoff(initial=first_delay, cap=max_delay, reset_after=max_delay)
+        self.backoff = restart_backoff(first_delay, max_delay)
         self.up = False
         self.restarts = 0
         self.last_error: str | None = None
@@ -120,7 +119,7 @@ class Supervised:
         a service that fails before its first start is retried like any other
         failure, and ``started`` waits for it. Cancellation cancels the service.
         """
-        retries = self._backoff.retries()
+        retries = self.backoff.retries()
         first = True
         while True:
             began = trio.current_time()

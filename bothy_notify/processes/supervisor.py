@@ -38,14 +38,14 @@ from dataclasses import dataclass
 
 import trio
 
-from bothy_notify.kernel.backoff import Backoff
+from bothy_notify.kernel.backoff import RESTART_FIRST, RESTART_MAX, restart_backoff
 from bothy_notify.processes.control import DRAIN, READY, STOP, SUPERVISED_ENV, ChildSpec
 
 log = logging.getLogger("bothy.processes")
 
-FIRST_DELAY = 0.5
-"""Seconds before a child is started again: a crash that repeats at once does not spin."""
-MAX_DELAY = 30.0
+FIRST_DELAY = RESTART_FIRST
+"""Seconds before a child is started again (the rule of ``Supervised`` too)."""
+MAX_DELAY = RESTART_MAX
 """Longest wait before a restart; also how long a child must stay up to start from
 :data:`FIRST_DELAY` again."""
 START_ATTEMPTS = 3
@@ -122,7 +122,7 @@ class Supervisor:
         self._drain_bound = drain_bound
         self._on_ready = on_ready
         self._on_exit = on_exit
-        self._backoff = Backoff(initial=first_delay, cap=max_delay, reset_after=max_delay)
+        self.backoff = restart_backoff(first_delay, max_delay)
         self._start_attempts = start_attempts
         self._start_timeout = start_timeout
         self._kill_after = kill_after
@@ -207,7 +207,7 @@ class Supervisor:
 
     async def _keep(self, ordinal: int) -> None:
         failures = 0
-        retries = self._backoff.retries()
+        retries = self.backoff.retries()
         while True:
             child = await self._spawn(ordinal)
             ready = await self._wait_ready(child)

@@ -13,6 +13,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
+from functools import partial
 
 import psycopg
 import pytest
@@ -51,6 +52,10 @@ def notify(url: str, channel: str, payload: str) -> None:
 def terminate(url: str, pid: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def failed(listener: Listener, times: int) -> bool:
+    return listener.statistics().failures == times
 
 
 async def until(check: Callable[[], bool], what: str) -> None:
@@ -144,7 +149,7 @@ async def test_an_unreachable_database_is_retried_with_a_doubling_backoff(
 
     waits = []
     for failures in range(1, 6):
-        await until(lambda: listener.statistics().failures == failures, "a failed attempt")
+        await until(partial(failed, listener, failures), "a failed attempt")
         await until(lambda: listener.statistics().reconnect_wait is not None, "a backoff")
         wait = listener.statistics().reconnect_wait
         assert wait is not None
