@@ -254,7 +254,6 @@ class JobRunner:
     ) -> None:
         self._db = db
         self._node_id = node_id
-        self._url = database_url
         self._clock = clock
         self._handlers: Mapping[str, JobHandler] = {h.kind: h for h in handlers}
         self._check_at_claim: Mapping[str, ChecksAtClaim] = {

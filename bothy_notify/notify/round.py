@@ -210,7 +210,6 @@ class ConsumerRound:
         catalogue: CatalogueSource | None = None,
         local: LocalJobs | None = None,
     ) -> None:
-        self._url = database_url
         self._local = local
         self._claimed: list[Job] = []
         self._prepared: object | None = None
