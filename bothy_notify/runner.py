@@ -182,12 +182,10 @@ RECORD_RETRY = Backoff(initial=0.05, cap=5.0)
 """Recording results while the database is unreachable: soon at first (most losses
 are a moment's), then no more than every 5 s."""
 
-_RANDOM = random.Random()  # noqa: S311 - retry jitter, not cryptography
-
 
 def backoff(attempt: int, rng: random.Random | None = None) -> timedelta:
     """Exponential backoff with jitter: ``base * 2**(attempt-1)``, capped, times [0.5, 1)."""
-    return timedelta(seconds=JOB_RETRY.delay(attempt - 1, (rng or _RANDOM).random()))
+    return timedelta(seconds=JOB_RETRY.delay(attempt - 1, rng.random() if rng else None))
 
 
 def retry_or_fail(
