@@ -48,9 +48,10 @@ OLD_SLICE = 0.25
 """The bare variant's slice: what each of the three loops waited at most per thread call."""
 
 
-def produce(url: str, rate: float, sending: MpEvent, stop: MpEvent) -> None:
+def produce(url: str, rate: float, ready: MpEvent, sending: MpEvent, stop: MpEvent) -> None:
     """The producer process: ``NOTIFY`` at ``rate`` per second while ``sending``."""
     with psycopg.connect(url, autocommit=True) as conn:
+        ready.set()
         period = 1.0 / rate
         due = time.monotonic()
         while not stop.is_set():
@@ -131,10 +132,12 @@ async def main(args: argparse.Namespace) -> None:
     variants = {"listener": listener_phase, "bare": bare_phase}
     with bench_database() as url:
         ctx = multiprocessing.get_context("spawn")
-        sending, stop = ctx.Event(), ctx.Event()
-        producer = ctx.Process(target=produce, args=(url, args.rate, sending, stop))
+        ready, sending, stop = ctx.Event(), ctx.Event(), ctx.Event()
+        producer = ctx.Process(target=produce, args=(url, args.rate, ready, sending, stop))
         producer.start()
         try:
+            # The first phase must not include the producer's start (imports, connection).
+            await trio.to_thread.run_sync(ready.wait, 60)
             busy: dict[str, list[Phase]] = {name: [] for name in variants}
             idle: dict[str, list[Phase]] = {name: [] for name in variants}
             for n in range(args.rounds):
