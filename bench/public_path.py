@@ -557,7 +557,8 @@ def bare_http_process(pipe: Connection) -> None:
     config.keep_alive_max_requests = 1_000_000
 
     async def serve_app(*, task_status: trio.TaskStatus[list[str]]) -> None:
-        await serve(bare_app, config, task_status=task_status)
+        app: Any = bare_app
+        await serve(app, config, task_status=task_status)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -863,7 +864,7 @@ class Run:
         posts = [(a - s) * 1000 for _m, s, a, _status in records]
         n = max(1, len(records))
         planned = int(rate * seconds)
-        figures = {
+        figures: dict[str, Any] = {
             "p50_ms": percentile(latencies, 0.5),
             "p99_ms": percentile(latencies, 0.99),
             "post_p50_ms": percentile(posts, 0.5),

@@ -21,6 +21,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
 from bothy_notify.store.db import Conn, StoreError
+from bothy_notify.store.fastcheck import Check, compile_check
 from bothy_notify.store.migrate import load_event_schemas
 
 CURSOR_NAME = "notify"
@@ -78,11 +79,18 @@ class EventValidator:
 
     ``bothy.append_event`` validates again with the same schemas (the outbox
     path has no Python in front of it); a test keeps both in agreement.
+
+    Each schema is also compiled into a yes/no check
+    (:mod:`bothy_notify.store.fastcheck`) that answers a valid payload without
+    ``jsonschema``; only a payload it refuses is walked by ``jsonschema``, for
+    the error that names the field.
     """
 
     def __init__(self, schemas: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-        self._validators = {
-            name: _Validator(schema) for name, schema in (schemas or load_event_schemas()).items()
+        schemas = schemas or load_event_schemas()
+        self._validators = {name: _Validator(schema) for name, schema in schemas.items()}
+        self._checks: dict[str, Check | None] = {
+            name: compile_check(schema, _Validator.TYPE_CHECKER) for name, schema in schemas.items()
         }
 
     @property
@@ -94,6 +102,9 @@ class EventValidator:
         validator = self._validators.get(event_type) if isinstance(event_type, str) else None
         if validator is None:
             raise EventRejected(f"{where}type", "unknown event type")
+        fast = self._checks[event_type]  # type: ignore[index]  # a str: it has a validator
+        if fast is not None and fast(payload):
+            return
         error = next(iter(sorted(validator.iter_errors(payload), key=_error_order)), None)
         if error is not None:
             raise EventRejected(f"{where}payload{_path(error)}", _problem(error))
