@@ -589,10 +589,14 @@ class JobRunner:
         Returns the fences that held.
         """
         delay = 0.05
+        # One statement (say, gateway hints all done) commits on its own: no BEGIN/COMMIT.
+        transaction = not records_in_one_statement(batch)
         while True:
             now = self._clock.now()
             try:
-                held: set[Fence] = await self._db.run(partial(_apply_results, batch=batch, now=now))
+                held: set[Fence] = await self._db.run(
+                    partial(_apply_results, batch=batch, now=now), transaction=transaction
+                )
                 return held
             except (StoreUnavailable, StoreContention):
                 log.warning("recording job results failed; retrying")
@@ -712,6 +716,14 @@ def _wait_notify(conn: Conn, timeout: float) -> bool:
     for _ in conn.notifies(timeout=timeout, stop_after=1):
         woke = True
     return woke
+
+
+def records_in_one_statement(batch: Sequence[tuple[Job, JobResult]]) -> bool:
+    """Whether :func:`_apply_results` records ``batch`` in a single statement: its
+    results are all of one kind and carry no effect."""
+    return len({type(result) for _, result in batch}) == 1 and all(
+        isinstance(result, Defer) or result.effect is None for _, result in batch
+    )
 
 
 def _apply_results(conn: Conn, *, batch: list[tuple[Job, JobResult]], now: datetime) -> set[Fence]:
