@@ -2,12 +2,14 @@
 
 A producer's ``POST /v1/events`` without an ``Idempotency-Key`` is one
 statement (``bothy.append_event`` over the batch, :func:`~bothy_notify.store.
-events.append`), so it commits on its own (autocommit: no ``BEGIN``/``COMMIT``
-round trips). While one such statement runs, the requests that arrive queue;
-when it returns, the first of them runs the next statement for all of them:
-one worker-thread hop and one transaction for every request that waited, as
-PostgreSQL's own group commit writes one WAL flush for many transactions. A
-request alone (nothing running) goes at once, so no request waits for company.
+events.append_direct`), so it commits on its own (no ``BEGIN``/``COMMIT``
+round trips), run on the Trio thread's own connection (:meth:`Database.query_direct
+<bothy_notify.store.db.Database.query_direct>`: no worker thread). While one such
+statement runs, the requests that arrive queue; when it returns, the first of
+them runs the next statement for all of them: one statement and one
+transaction for every request that waited, as PostgreSQL's own group commit
+writes one WAL flush for many transactions. A request alone (nothing running)
+goes at once, so no request waits for company.
 
 Each request keeps its own answer. The shared statement is all or nothing, so
 when the database refuses one of its events (:class:`~bothy_notify.store.
@@ -26,7 +28,7 @@ from typing import Any
 import trio
 
 from bothy_notify.store import events as eventlog
-from bothy_notify.store.db import Conn, Database
+from bothy_notify.store.db import Database
 from bothy_notify.store.events import EventRejected
 
 Batch = Sequence[tuple[str, Mapping[str, Any]]]
@@ -105,7 +107,7 @@ class GroupAppender:
             size += len(group[-1].batch)
         try:
             with trio.CancelScope(shield=True):  # the others' batches ride on it
-                await self._db.run(lambda conn: _append_group(conn, group), transaction=False)
+                await self._append_group(group)
         except Exception as exc:
             for w in group:
                 if w.seqs is None and w.error is None:
@@ -125,22 +127,22 @@ class GroupAppender:
         else:
             self._running = False
 
-
-def _append_group(conn: Conn, group: list[_Waiting]) -> None:
-    """One statement for every batch of ``group``; when the database refuses an event,
-    each batch on its own. Blocking; sets each one's ``seqs`` or ``error``."""
-    if len(group) > 1:
-        try:
-            seqs = eventlog.append(conn, [e for w in group for e in w.batch])
-        except EventRejected:
-            pass  # nothing was kept: each batch alone tells whose it was
-        else:
-            at = 0
-            for w in group:
-                w.seqs, at = seqs[at : at + len(w.batch)], at + len(w.batch)
-            return
-    for w in group:
-        try:
-            w.seqs = eventlog.append(conn, w.batch)
-        except EventRejected as exc:
-            w.error = exc
+    async def _append_group(self, group: list[_Waiting]) -> None:
+        """One statement for every batch of ``group``; when the database refuses an
+        event, each batch on its own. Sets each one's ``seqs`` or ``error``."""
+        db = self._db
+        if len(group) > 1:
+            try:
+                seqs = await eventlog.append_direct(db, [e for w in group for e in w.batch])
+            except EventRejected:
+                pass  # nothing was kept: each batch alone tells whose it was
+            else:
+                at = 0
+                for w in group:
+                    w.seqs, at = seqs[at : at + len(w.batch)], at + len(w.batch)
+                return
+        for w in group:
+            try:
+                w.seqs = await eventlog.append_direct(db, w.batch)
+            except EventRejected as exc:
+                w.error = exc

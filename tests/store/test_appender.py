@@ -9,8 +9,9 @@ import pytest
 import trio
 
 from bothy_notify.store.appender import GroupAppender
-from bothy_notify.store.db import Database
-from bothy_notify.store.events import EventRejected
+from bothy_notify.store.db import Database, StoreUnavailable
+from bothy_notify.store.direct import StatementError
+from bothy_notify.store.events import EventRejected, append, append_direct
 
 
 def message(n: int) -> tuple[str, dict[str, Any]]:
@@ -90,18 +91,46 @@ async def test_a_request_cancelled_while_it_waits_writes_nothing_and_blocks_nobo
     assert [m for _, m in await stored(db)] == ["m1", "m3"]
 
 
-async def test_a_database_error_reaches_every_request_of_the_group(db: Database) -> None:
-    appender = GroupAppender(db)
-    await db.close()
+async def test_a_database_error_reaches_every_request_of_the_group() -> None:
+    appender = GroupAppender(Database("postgresql://bench@127.0.0.1:1/nowhere"))
     errors: list[BaseException] = []
 
     async def post(n: int) -> None:
         try:
             await appender.append([message(n)])
-        except Exception as exc:
+        except StoreUnavailable as exc:
             errors.append(exc)
 
     async with trio.open_nursery() as nursery:
         for n in range(3):
             nursery.start_soon(post, n)
     assert len(errors) == 3 and len({id(e) for e in errors}) == 3
+
+
+async def test_the_direct_connection_survives_a_refusal_and_comes_back_after_a_loss(
+    db: Database,
+) -> None:
+    direct = db.direct
+    one = b"SELECT $1::text::int + 1"
+    assert await direct.query(b"one", one, [b"41"]) == [[b"42"]]
+    with pytest.raises(StatementError) as refused:
+        await direct.query(b"one", one, [b"x"])
+    assert refused.value.sqlstate == "22P02"  # invalid_text_representation
+    assert await direct.query(b"one", one, [b"1"]) == [[b"2"]]  # the same connection
+    pid = await direct.query(b"pid", b"SELECT pg_backend_pid()::text", [])
+    await db.run(
+        lambda c: c.execute("SELECT pg_terminate_backend(%s::int)", ((pid[0][0] or b"").decode(),))
+    )
+    with pytest.raises(StoreUnavailable):
+        await direct.query(b"one", one, [b"1"])
+    assert await direct.query(b"one", one, [b"2"]) == [[b"3"]]  # connected again
+
+
+async def test_a_value_jsonb_cannot_hold_is_refused_like_the_pooled_append(db: Database) -> None:
+    nul = ("user.upserted", {"user_id": "a", "kind": "human", "active": True, "x": "\x00"})
+    with pytest.raises(EventRejected) as direct:
+        await append_direct(db, [nul])
+    with pytest.raises(EventRejected) as pooled:
+        await db.run(lambda c: append(c, [nul]))
+    assert (direct.value.field, direct.value.problem) == (pooled.value.field, pooled.value.problem)
+    assert await stored(db) == []
