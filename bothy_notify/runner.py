@@ -589,14 +589,20 @@ class JobRunner:
         Returns the fences that held.
         """
         delay = 0.05
-        # One statement (say, gateway hints all done) commits on its own: no BEGIN/COMMIT.
-        transaction = not records_in_one_statement(batch)
+        # One statement (say, gateway hints all done) commits on its own: no BEGIN/COMMIT,
+        # and when it only completes jobs, no worker thread either.
+        single = records_in_one_statement(batch)
+        completes = single and isinstance(batch[0][1], Done)
         while True:
             now = self._clock.now()
             try:
-                held: set[Fence] = await self._db.run(
-                    partial(_apply_results, batch=batch, now=now), transaction=transaction
-                )
+                held: set[Fence]
+                if completes:
+                    held = await queue.complete_direct(self._db, [j.fence for j, _ in batch], now)
+                else:
+                    held = await self._db.run(
+                        partial(_apply_results, batch=batch, now=now), transaction=not single
+                    )
                 return held
             except (StoreUnavailable, StoreContention):
                 log.warning("recording job results failed; retrying")
