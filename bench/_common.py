@@ -1,6 +1,6 @@
 """Shared benchmark helpers: an embedded PostgreSQL in a temporary directory, a
-migrated database, CPU meters (this process, a child, PostgreSQL's processes), and
-machine facts for the report."""
+migrated database, CPU meters (this process, a child, PostgreSQL's processes), a
+``bothy-notify run`` child process, a profiler, and machine facts for the report."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import contextlib
 import json
 import os
 import platform
+import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -19,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 from psycopg.conninfo import make_conninfo
 
@@ -153,17 +156,22 @@ class Meter:
 
 
 class Profiler:
-    """``py-spy record`` on this process from construction to :meth:`stop`: collapsed
-    stacks (``--format raw``) in ``path``, and the top entries printed."""
+    """``py-spy record`` on this process (or ``pid``) from construction to :meth:`stop`:
+    collapsed stacks (``--format raw``) in ``path``, and the top entries printed.
+    ``gil``: only the samples of the thread holding the GIL (where a process's Python
+    spends its CPU; waits in C are left out)."""
 
-    def __init__(self, path: str, rate: int = 250) -> None:
+    def __init__(
+        self, path: str, rate: int = 250, pid: int | None = None, *, gil: bool = False
+    ) -> None:
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         if not Path(spy).exists():
             raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
         self.path = path
         self.proc = subprocess.Popen(
             [
-                *(spy, "record", "--pid", str(os.getpid()), "--threads", "--format", "raw"),
+                *(spy, "record", "--pid", str(pid or os.getpid()), "--threads"),
+                *("--format", "raw", *(["--gil"] if gil else [])),
                 *("--rate", str(rate), "--output", path, "--nonblocking"),
             ],
             stdout=subprocess.DEVNULL,
@@ -202,3 +210,99 @@ def print_profile(path: str, top: int = 25) -> None:
     print("  total %  function (file)")
     for name, n in sorted(total.items(), key=lambda kv: -kv[1])[:top]:
         print(f"  {100 * n / max(1, samples):5.1f}  {name}")
+
+
+def raise_file_limit() -> int:
+    """Raise the soft open-file limit to the hard one (children inherit it); return it."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def masked_text(payload: bytes) -> bytes:
+    """One masked client text frame (RFC 6455 section 5.2)."""
+    mask = os.urandom(4)
+    length = len(payload)
+    if length < 126:
+        header = bytes([0x81, 0x80 | length])
+    elif length < 65536:
+        header = bytes([0x81, 0x80 | 126]) + length.to_bytes(2, "big")
+    else:
+        header = bytes([0x81, 0x80 | 127]) + length.to_bytes(8, "big")
+    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return header + mask + body
+
+
+_RUNNING = re.compile(
+    r"bothy-notify running \(role \w+\): API http://(?P<api>\S+?)"
+    r"(?:, gateway ws://(?P<gateway>\S+?)/v1/gateway)?$",
+    re.MULTILINE,
+)
+
+
+class CliNode:
+    """One ``bothy-notify run --config FILE`` child process (the command ``make run``
+    runs), its output in ``WORKDIR/NAME.log``; ``api`` and ``gateway`` are the
+    addresses from its "running" line once :meth:`wait_serving` returned."""
+
+    def __init__(self, name: str, workdir: Path, config: str, env: dict[str, str]) -> None:
+        self.name = name
+        self.log = workdir / f"{name}.log"
+        self.config = workdir / f"{name}.toml"
+        self.config.write_text(config)
+        self.env = {**os.environ, **env}
+        self.process: subprocess.Popen[bytes] | None = None
+        self.api = ""
+        self.gateway: str | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self) -> None:
+        script = Path(sys.executable).parent / "bothy-notify"
+        command = [str(script)] if script.exists() else [sys.executable, "-m", "bothy_notify.cli"]
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [*command, "run", "--config", str(self.config)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+            )
+
+    def wait_serving(self, timeout: float = 120.0) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = _RUNNING.search(self.log.read_text(errors="replace"))
+            if found is not None:
+                self.api, self.gateway = found["api"], found["gateway"]
+                return
+            if self.process.poll() is not None:
+                raise RuntimeError(f"node {self.name} exited:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.05)
+        raise RuntimeError(f"node {self.name} did not start in time")
+
+    def metrics(self) -> dict[str, float]:
+        """Unlabelled samples and ``name{labels}`` samples of ``/metrics``."""
+        text = httpx.get(f"http://{self.api}/metrics", timeout=10).text
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the process so far (Linux ``/proc``)."""
+        return process_cpu(self.pid)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)

@@ -37,9 +37,6 @@ import json
 import multiprocessing
 import os
 import random
-import re
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,14 +46,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 import trio
 import trio_websocket
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import bench_database, machine, report
+from bench._common import CliNode, bench_database, machine, masked_text, raise_file_limit, report
 from bothy_notify.auth import mint_token
 
 KEY = "bench-only-hs256-key-0123456789abcdef"
@@ -66,110 +62,44 @@ SETTLE_SECONDS = 2.0
 """After the last append, how long the clients keep listening for late hints."""
 ROLES = {"multi": [("a", "api"), ("b", "api"), ("w", "worker")], "single": [("all", "all")]}
 """(name, role) of the nodes of each run."""
-_RUNNING = re.compile(
-    r"bothy-notify running \(role \w+\): API http://(?P<api>\S+?)"
-    r"(?:, gateway ws://(?P<gateway>\S+?)/v1/gateway)?$",
-    re.MULTILINE,
-)
-
-
-def raise_file_limit() -> int:
-    """Raise the soft open-file limit to the hard one (children inherit it); return it."""
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return hard
 
 
 # -- the nodes -------------------------------------------------------------------------
 
 
-class Node:
-    """One ``bothy-notify run`` child process."""
+class Node(CliNode):
+    """One ``bothy-notify run`` child process of a run (its role and cluster mode)."""
 
     def __init__(self, name: str, workdir: Path, url: str, role: str, mode: str) -> None:
-        self.name = name
-        self.log = workdir / f"{name}.log"
-        self.config = workdir / f"{name}.toml"
-        self.config.write_text(
-            "\n".join(
-                [
-                    "[server]",
-                    f'role = "{role}"',
-                    'api_listen = "127.0.0.1:0"',
-                    'gateway_listen = "127.0.0.1:0"',
-                    'drain_period = "5s"',
-                    "[cluster]",
-                    f'mode = "{mode}"',
-                    "[database]",
-                    'url = "env:BOTHY_BENCH_DATABASE"',
-                    "pool_size = 10",
-                    "[[auth.keys]]",
-                    'algorithm = "HS256"',
-                    'key = "env:BOTHY_BENCH_KEY"',
-                    "[sync]",
-                    'heartbeat = "1h"',
-                    'identify_timeout = "60s"',
-                    "[notify]",
-                    'coalesce_window = "0s"',
-                    'poll_interval = "1s"',
-                    "[push.fake]",
-                    "[log]",
-                    'level = "warning"',
-                ]
-            )
-            + "\n"
+        config = "\n".join(
+            [
+                "[server]",
+                f'role = "{role}"',
+                'api_listen = "127.0.0.1:0"',
+                'gateway_listen = "127.0.0.1:0"',
+                'drain_period = "5s"',
+                "[cluster]",
+                f'mode = "{mode}"',
+                "[database]",
+                'url = "env:BOTHY_BENCH_DATABASE"',
+                "pool_size = 10",
+                "[[auth.keys]]",
+                'algorithm = "HS256"',
+                'key = "env:BOTHY_BENCH_KEY"',
+                "[sync]",
+                'heartbeat = "1h"',
+                'identify_timeout = "60s"',
+                "[notify]",
+                'coalesce_window = "0s"',
+                'poll_interval = "1s"',
+                "[push.fake]",
+                "[log]",
+                'level = "warning"',
+            ]
         )
-        self.env = {**os.environ, "BOTHY_BENCH_DATABASE": url, "BOTHY_BENCH_KEY": KEY}
-        self.process: subprocess.Popen[bytes] | None = None
-        self.api = ""
-        self.gateway: str | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "bothy_notify.cli", "run", "--config", str(self.config)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-            )
-
-    def wait_serving(self, timeout: float = 120.0) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = _RUNNING.search(self.log.read_text(errors="replace"))
-            if found is not None:
-                self.api, self.gateway = found["api"], found["gateway"]
-                return
-            if self.process.poll() is not None:
-                raise RuntimeError(f"node {self.name} exited:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.05)
-        raise RuntimeError(f"node {self.name} did not start in time")
-
-    def metrics(self) -> dict[str, float]:
-        """Unlabelled samples and ``name{labels}`` samples of ``/metrics``."""
-        text = httpx.get(f"http://{self.api}/metrics", timeout=10).text
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time of the process so far (Linux ``/proc``)."""
-        assert self.process is not None
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        super().__init__(
+            name, workdir, config + "\n", {"BOTHY_BENCH_DATABASE": url, "BOTHY_BENCH_KEY": KEY}
+        )
 
 
 @contextmanager
@@ -186,20 +116,6 @@ def running(nodes: list[Node]) -> Iterator[list[Node]]:
 
 
 # -- the client processes --------------------------------------------------------------
-
-
-def _masked_text(payload: bytes) -> bytes:
-    """One masked client text frame (RFC 6455 section 5.2)."""
-    mask = os.urandom(4)
-    length = len(payload)
-    if length < 126:
-        header = bytes([0x81, 0x80 | length])
-    elif length < 65536:
-        header = bytes([0x81, 0x80 | 126]) + length.to_bytes(2, "big")
-    else:
-        header = bytes([0x81, 0x80 | 127]) + length.to_bytes(8, "big")
-    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-    return header + mask + body
 
 
 async def idle_connection(host: str, port: int, token: str) -> trio.SocketStream:
@@ -222,7 +138,7 @@ async def idle_connection(host: str, port: int, token: str) -> trio.SocketStream
     if not seen.startswith(b"HTTP/1.1 101"):
         raise OSError("upgrade refused")
     identify = json.dumps({"op": "identify", "d": {"token": token}}).encode()
-    await stream.send_all(_masked_text(identify))
+    await stream.send_all(masked_text(identify))
     while b"catchup.complete" not in seen:
         chunk = await stream.receive_some(4096)
         if not chunk:

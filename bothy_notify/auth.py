@@ -16,6 +16,11 @@ numbers, and anything the library raises on input it cannot read (bad
 base64, JSON that is not an object, nesting too deep, numbers out of range)
 is translated here, once.
 
+Verified tokens are remembered (:class:`VerifiedTokens`): a client presents the
+same token on every request, so a token seen before is not verified again, its
+claims come from memory and only its time limits (``exp``, ``nbf``, with the
+leeway) are checked against the clock again on every use.
+
 Errors (never carrying the token or any claim value)::
 
     AuthError          401: missing, malformed, expired or badly signed
@@ -27,9 +32,11 @@ from __future__ import annotations
 import hmac
 import math
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 import jwt
@@ -56,6 +63,8 @@ LATEST_EXPIRY = 253_402_300_799
 are read as this one (such a token never expires in practice)."""
 TIME_CLAIMS = ("exp", "nbf", "iat")
 """NumericDate claims (RFC 7519 section 2): JSON numbers when present."""
+VERIFIED_TOKENS = 10_000
+"""Verified tokens one verifier remembers (about 1 KB each: the token and its claims)."""
 
 _COMPACT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 """The JWS compact serialization: three base64url segments (the signature may be empty)."""
@@ -104,8 +113,63 @@ class ProducerClaims:
         return f"ProducerClaims(scopes={sorted(self.scopes)!r})"
 
 
+class VerifiedTokens:
+    """The claims of tokens verified before, by token, for as long as each is valid.
+
+    At most ``size`` tokens; when full, the one remembered longest is forgotten
+    first. A hit costs a dictionary look-up and the time checks that
+    verification itself makes (``exp``, and ``nbf`` when present, each with
+    ``leeway``, against ``now()``, ``time.time`` as PyJWT reads it): an expired token is
+    forgotten and verified again, which refuses it. Only tokens that verified
+    are remembered, so a flood of bad tokens costs each its own verification and
+    leaves nothing here. The repr shows the count only, never a token.
+    """
+
+    def __init__(
+        self,
+        leeway: timedelta,
+        size: int = VERIFIED_TOKENS,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self._leeway = leeway.total_seconds()
+        self._size = size
+        self._now = now
+        self._claims: dict[str, Mapping[str, Any]] = {}
+        self.hits = 0
+        """Verifications answered from memory (statistics, tests)."""
+
+    def __len__(self) -> int:
+        return len(self._claims)
+
+    def __repr__(self) -> str:
+        return f"VerifiedTokens(tokens={len(self._claims)})"
+
+    def get(self, token: str) -> Mapping[str, Any] | None:
+        """The claims of ``token`` if it verified before and is still within its time
+        limits now; ``None`` otherwise (verify it)."""
+        claims = self._claims.get(token)
+        if claims is None:
+            return None
+        now = self._now()
+        nbf = claims.get("nbf")
+        if claims["exp"] <= now - self._leeway or (nbf is not None and nbf > now + self._leeway):
+            del self._claims[token]
+            return None
+        self.hits += 1
+        return claims
+
+    def put(self, token: str, claims: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Remember the verified ``claims`` of ``token``; returns them read-only."""
+        frozen = MappingProxyType(dict(claims))
+        if len(self._claims) >= self._size:
+            del self._claims[next(iter(self._claims))]
+        self._claims[token] = frozen
+        return frozen
+
+
 class TokenVerifier:
-    """Verifies tokens against ``auth.*``; safe to share across tasks."""
+    """Verifies tokens against ``auth.*``; safe to share across tasks. Tokens that
+    verified are remembered (:class:`VerifiedTokens`)."""
 
     def __init__(self, config: AuthConfig) -> None:
         self._config = config
@@ -127,6 +191,7 @@ class TokenVerifier:
                     ) from None
             self._keys.append((key.algorithm.value, key.kid, material))
         self._leeway = config.leeway
+        self.verified = VerifiedTokens(config.leeway)
 
     def __repr__(self) -> str:
         return f"TokenVerifier(keys={len(self._keys)})"
@@ -137,12 +202,25 @@ class TokenVerifier:
         return self._leeway
 
     def decode(self, token: object) -> Mapping[str, Any]:
-        """Verify ``token`` and return its claims.
+        """Verify ``token`` and return its claims (read-only).
+
+        A token verified before and still within its time limits is answered
+        from :attr:`verified` without verifying it again.
 
         Raises:
             AuthError: for every token that is not a valid, current token of a
                 configured key, whatever its content (never another exception).
         """
+        if isinstance(token, str):
+            known = self.verified.get(token)
+            if known is not None:
+                return known
+        claims = self._verify(token)
+        assert isinstance(token, str)  # _verify refuses anything else
+        return self.verified.put(token, claims)
+
+    def _verify(self, token: object) -> Mapping[str, Any]:
+        """:meth:`decode` without the memory of verified tokens."""
         if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
             raise AuthError("missing or oversized token")
         if _COMPACT.fullmatch(token) is None:

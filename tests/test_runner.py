@@ -14,7 +14,18 @@ from bothy_notify.config import Config, JobsConfig
 from bothy_notify.housekeeping import sweep
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
-from bothy_notify.runner import Done, Fail, JobResult, JobRunner, Report, Retry, backoff
+from bothy_notify.runner import (
+    BatchedEffect,
+    Defer,
+    Done,
+    Fail,
+    JobResult,
+    JobRunner,
+    Report,
+    Retry,
+    backoff,
+    records_in_one_statement,
+)
 from bothy_notify.store import jobs as queue
 from bothy_notify.store.db import Database
 from bothy_notify.store.jobs import Job, JobSpec
@@ -298,3 +309,23 @@ async def test_a_check_at_claim_that_fails_leaves_the_jobs_to_their_handler(
 
     assert rows == [(rows[0][0], "completed", 1)]
     assert handler.ran == [("unchecked", rows[0][0], None)]  # nothing lost, run once
+
+
+def test_results_of_one_kind_without_effects_are_recorded_in_one_statement() -> None:
+    job = Job(
+        id=1,
+        kind="k",
+        args={},
+        attempt=1,
+        max_attempts=3,
+        scheduled_at=datetime(2026, 1, 1, tzinfo=UTC),
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+        claim=1,
+    )
+    effect = BatchedEffect(apply=lambda conn, items, now: None, item=1)
+    later = timedelta(seconds=1)
+    assert records_in_one_statement([(job, Done("published")), (job, Done())])
+    assert records_in_one_statement([(job, Defer(later, "busy"))])
+    assert not records_in_one_statement([(job, Done()), (job, Fail("x"))])
+    assert not records_in_one_statement([(job, Done(effect=effect))])
+    assert not records_in_one_statement([(job, Retry(later, "x", effect=lambda c, n: None))])

@@ -6,7 +6,7 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import trio
@@ -21,6 +21,7 @@ from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.notify.catalogue import CatalogueSource, FixedCatalogue
 from bothy_notify.store import people
+from bothy_notify.store.appender import GroupAppender
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.events import EventValidator
 
@@ -60,6 +61,11 @@ class ApiContext:
 
     def __repr__(self) -> str:
         return "ApiContext()"
+
+    @cached_property
+    def appender(self) -> GroupAppender:
+        """Appends of ``POST /v1/events`` without an ``Idempotency-Key``, grouped."""
+        return GroupAppender(self.db)
 
 
 def bearer(request: Request) -> str:

@@ -2,7 +2,9 @@
 
 A batch is all or nothing: every event is validated against its type's schema
 first (422 naming the first bad field), then all are appended in one
-transaction through ``bothy.append_event``.
+transaction through ``bothy.append_event``: one statement, which requests
+arriving together share (:class:`~bothy_notify.store.appender.GroupAppender`,
+each keeping its own answer).
 
 Idempotency: with an ``Idempotency-Key`` header (1 to 255 characters of
 ``A-Z a-z 0-9 . _ : ~ + / = -``, optionally in double quotes as the IETF draft
@@ -47,7 +49,7 @@ async def post_events(ctx: ApiContext, request: Request) -> JSONResponse:
     replayed = False
     try:
         if key is None:
-            seqs = await ctx.db.run(append)
+            seqs = await ctx.appender.append(events)
         else:
             digest, now = batch_digest(events), ctx.clock.now()
             window = ctx.config.server.idempotency_window

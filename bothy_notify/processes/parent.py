@@ -62,9 +62,11 @@ from bothy_notify.wiring import prepare_database, role_spec
 
 log = logging.getLogger("bothy.processes")
 
-DEDICATED_CONNECTIONS = 4
+DEDICATED_CONNECTIONS = 6
 """Connections of one node process outside its two pools: the round's, the runner's
-and the gateway's ``LISTEN`` connections, and one to spare (a migration, a ping)."""
+and the gateway's ``LISTEN`` connections, each pool's Trio-thread connection
+(``Database.direct``: the API's appends, the runner's completions), and one to
+spare (a migration, a ping)."""
 DRAIN_GRACE = 15.0
 """Seconds past ``server.drain_period`` a child may take to exit after ``drain``
 (closing pools, giving jobs back, leaving the registry) before it is stopped."""

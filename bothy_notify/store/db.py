@@ -16,14 +16,17 @@ and :func:`translated` turn every ``psycopg.Error`` into one of these (``raise
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial, wraps
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import psycopg
 import trio
 from psycopg_pool import ConnectionPool, PoolTimeout
+
+if TYPE_CHECKING:
+    from bothy_notify.store.direct import DirectConnection
 
 log = logging.getLogger("bothy.store")
 
@@ -153,6 +156,7 @@ class Database:
         """Pings that really reached for the database (statistics, tests)."""
         self.unreachable = False
         """True from a wait for a connection that timed out until the next success."""
+        self._direct: DirectConnection | None = None
 
     @property
     def url(self) -> str:
@@ -168,8 +172,22 @@ class Database:
             await trio.to_thread.run_sync(lambda: self._pool.open(wait=True, timeout=30.0))
 
     async def close(self) -> None:
-        """Close the pool; waits for connections in use to be returned."""
+        """Close the pool (waits for connections in use to be returned) and the
+        :attr:`direct` connection."""
+        if self._direct is not None:
+            await self._direct.aclose()
         await trio.to_thread.run_sync(self._pool.close)
+
+    @property
+    def direct(self) -> DirectConnection:
+        """A connection used from the Trio thread without a worker thread
+        (:mod:`bothy_notify.store.direct`), opened at its first statement and closed
+        with the pool. Outside the pool's size."""
+        if self._direct is None:
+            from bothy_notify.store.direct import DirectConnection
+
+            self._direct = DirectConnection(self._url)
+        return self._direct
 
     def run_sync(self, fn: Callable[[Conn], T], *, transaction: bool = True) -> T:
         """Run ``fn(conn)`` on this thread, in one transaction unless told otherwise.
@@ -198,25 +216,55 @@ class Database:
         So an outage answers quickly instead of queueing every caller behind
         the pool's wait.
         """
-        if self.unreachable:
-            now = trio.current_time()
-            if now < self._next_probe:
-                raise StoreUnavailable("the database cannot be reached")
-            self._next_probe = now + PROBE_EVERY
+        self._may_try()
         try:
             result = await trio.to_thread.run_sync(
                 partial(self.run_sync, fn, transaction=transaction), limiter=self.limiter
             )
         except StoreUnavailable as exc:
-            if isinstance(exc.__cause__, PoolTimeout) and not self.unreachable:
-                log.warning("the database cannot be reached", extra={"pool": self.name})
-                self.unreachable = True
-                self._next_probe = trio.current_time() + PROBE_EVERY
+            if isinstance(exc.__cause__, PoolTimeout):
+                self._unreachable()
             raise
+        self._answered()
+        return result
+
+    async def query_direct(
+        self, name: bytes, sql: bytes, params: Sequence[bytes | None]
+    ) -> list[list[bytes | None]]:
+        """One statement on the :attr:`direct` connection, from the Trio thread (see
+        :meth:`DirectConnection.query <bothy_notify.store.direct.DirectConnection.query>`).
+
+        Shares :meth:`run`'s outage rule: once the database could not be reached
+        (here: the connection could not be made or broke), callers fail at once
+        but one per :data:`PROBE_EVERY` seconds, and the first success ends it.
+        """
+        self._may_try()
+        try:
+            rows = await self.direct.query(name, sql, params)
+        except StoreUnavailable:
+            self._unreachable()
+            raise
+        self._answered()
+        return rows
+
+    def _may_try(self) -> None:
+        """Fail at once while the database is unreachable, but for one probe a second."""
+        if self.unreachable:
+            now = trio.current_time()
+            if now < self._next_probe:
+                raise StoreUnavailable("the database cannot be reached")
+            self._next_probe = now + PROBE_EVERY
+
+    def _unreachable(self) -> None:
+        if not self.unreachable:
+            log.warning("the database cannot be reached", extra={"pool": self.name})
+            self.unreachable = True
+            self._next_probe = trio.current_time() + PROBE_EVERY
+
+    def _answered(self) -> None:
         if self.unreachable:
             log.info("the database answers again", extra={"pool": self.name})
             self.unreachable = False
-        return result
 
     async def ping(self, *, share: bool = True) -> bool:
         """Whether a trivial query answers (``/readyz``).

@@ -20,7 +20,9 @@ import psycopg
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
-from bothy_notify.store.db import Conn, StoreError
+from bothy_notify.store.db import Conn, Database, StoreError
+from bothy_notify.store.direct import StatementError
+from bothy_notify.store.fastcheck import Check, compile_check
 from bothy_notify.store.migrate import load_event_schemas
 
 CURSOR_NAME = "notify"
@@ -78,11 +80,18 @@ class EventValidator:
 
     ``bothy.append_event`` validates again with the same schemas (the outbox
     path has no Python in front of it); a test keeps both in agreement.
+
+    Each schema is also compiled into a yes/no check
+    (:mod:`bothy_notify.store.fastcheck`) that answers a valid payload without
+    ``jsonschema``; only a payload it refuses is walked by ``jsonschema``, for
+    the error that names the field.
     """
 
     def __init__(self, schemas: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-        self._validators = {
-            name: _Validator(schema) for name, schema in (schemas or load_event_schemas()).items()
+        schemas = schemas or load_event_schemas()
+        self._validators = {name: _Validator(schema) for name, schema in schemas.items()}
+        self._checks: dict[str, Check | None] = {
+            name: compile_check(schema, _Validator.TYPE_CHECKER) for name, schema in schemas.items()
         }
 
     @property
@@ -94,6 +103,9 @@ class EventValidator:
         validator = self._validators.get(event_type) if isinstance(event_type, str) else None
         if validator is None:
             raise EventRejected(f"{where}type", "unknown event type")
+        fast = self._checks[event_type]  # type: ignore[index]  # a str: it has a validator
+        if fast is not None and fast(payload):
+            return
         error = next(iter(sorted(validator.iter_errors(payload), key=_error_order)), None)
         if error is not None:
             raise EventRejected(f"{where}payload{_path(error)}", _problem(error))
@@ -165,14 +177,41 @@ def append(conn: Conn, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[
             " WITH ORDINALITY AS e(t, p, n) ORDER BY n",
             (types, payloads),
         ).fetchall()
-    except psycopg.errors.InvalidParameterValue as exc:
-        message = (exc.diag.message_primary or "").removeprefix("bothy: ")
-        field, _, problem = message.partition(": ")
-        raise EventRejected(field, problem or "invalid") from None
-    except psycopg.errors.DataError:
-        # e.g. a \u0000 escape, which jsonb cannot hold
-        raise EventRejected("payload", "contains a value PostgreSQL cannot store") from None
+    except psycopg.errors.DataError as exc:  # InvalidParameterValue is one too
+        raise _rejection(exc.sqlstate or "", exc.diag.message_primary or "") from None
     return [int(r[0]) for r in rows]
+
+
+APPEND_STATEMENT = (
+    b"SELECT bothy.append_event(e->>0, e->1)"
+    b" FROM jsonb_array_elements($1::text::jsonb) WITH ORDINALITY AS x(e, n) ORDER BY n"
+)
+""":func:`append_direct`'s statement: the batch as one JSON array of [type, payload]."""
+
+
+async def append_direct(db: Database, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[int]:
+    """:func:`append` as one statement of its own (it commits alone) on the Trio
+    thread's connection (:meth:`Database.query_direct`): all or nothing."""
+    if not events:
+        return []
+    batch = json.dumps([[t, p] for t, p in events], separators=(",", ":")).encode()
+    try:
+        rows = await db.query_direct(b"bothy_append_events", APPEND_STATEMENT, [batch])
+    except StatementError as exc:
+        if exc.sqlstate.startswith("22"):  # data exceptions: the events' own fault
+            raise _rejection(exc.sqlstate, exc.message) from None
+        raise
+    return [int(r[0] or b"0") for r in rows]
+
+
+def _rejection(sqlstate: str, message: str) -> EventRejected:
+    """The :class:`EventRejected` for a data exception of ``bothy.append_event``:
+    its own check names the field (``bothy: field: problem``, SQLSTATE 22023);
+    other data errors (a ``\\u0000`` escape, which jsonb cannot hold) have no field."""
+    if sqlstate == "22023":
+        field, _, problem = message.removeprefix("bothy: ").partition(": ")
+        return EventRejected(field, problem or "invalid")
+    return EventRejected("payload", "contains a value PostgreSQL cannot store")
 
 
 def lock_and_read(conn: Conn, limit: int) -> tuple[Cursor, list[Event]]:

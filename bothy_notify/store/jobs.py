@@ -30,7 +30,7 @@ import orjson
 from psycopg import Copy
 
 from bothy_notify.kernel.values import fast_init
-from bothy_notify.store.db import Conn
+from bothy_notify.store.db import Conn, Database
 
 JobArgs = Mapping[str, int | str]
 JOBS_CHANNEL = "bothy_jobs"
@@ -436,6 +436,13 @@ def _held(rows: list[tuple[Any, ...]]) -> set[Fence]:
     return {(int(r[0]), int(r[1])) for r in rows}
 
 
+_COMPLETE = (
+    "UPDATE bothy.jobs j SET state = 'completed', finished_at = {now}, lease_until = NULL"
+    " FROM unnest({ids}::bigint[], {claims}::bigint[]) AS f(i, c)"
+    f" WHERE {_FENCED} RETURNING j.id, j.claim"
+)
+
+
 def complete(conn: Conn, fences: Iterable[Fence], now: datetime) -> set[Fence]:
     """Mark claimed jobs completed; return the fences that held."""
     fences = list(fences)
@@ -443,12 +450,27 @@ def complete(conn: Conn, fences: Iterable[Fence], now: datetime) -> set[Fence]:
         return set()
     return _held(
         conn.execute(
-            "UPDATE bothy.jobs j SET state = 'completed', finished_at = %s, lease_until = NULL"
-            " FROM unnest(%s::bigint[], %s::bigint[]) AS f(i, c)"
-            f" WHERE {_FENCED} RETURNING j.id, j.claim",
+            _COMPLETE.format(now="%s", ids="%s", claims="%s"),
             (now, [f[0] for f in fences], [f[1] for f in fences]),
         ).fetchall()
     )
+
+
+async def complete_direct(db: Database, fences: Sequence[Fence], now: datetime) -> set[Fence]:
+    """:func:`complete` as a statement of its own on the Trio thread's connection
+    (:meth:`Database.query_direct`: no worker thread)."""
+    if not fences:
+        return set()
+    rows = await db.query_direct(
+        b"bothy_complete_jobs",
+        _COMPLETE.format(now="$1::timestamptz", ids="$2", claims="$3").encode(),
+        [
+            now.isoformat().encode(),
+            ("{" + ",".join(str(f[0]) for f in fences) + "}").encode(),
+            ("{" + ",".join(str(f[1]) for f in fences) + "}").encode(),
+        ],
+    )
+    return _held([(r[0], r[1]) for r in rows])
 
 
 def fail(conn: Conn, failures: Sequence[tuple[Fence, str]], now: datetime) -> set[Fence]:

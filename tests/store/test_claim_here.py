@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from bothy_notify.store import jobs as queue
-from bothy_notify.store.db import connect_dedicated
+from bothy_notify.store.db import Database, connect_dedicated
 from bothy_notify.store.jobs import ClaimHere, JobSpec, JobWriter
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -124,3 +124,20 @@ def test_a_job_claimed_here_and_never_run_runs_again_after_its_lease(database_ur
         assert queue.complete(conn, [job.fence], NOW) == set()
         assert (again.id, again.claim, again.attempt) == (job.id, 2, 2)
         assert queue.complete(conn, [again.fence], NOW) == {again.fence}
+
+
+async def test_completing_on_the_trio_threads_connection_holds_the_same_fences(
+    database_url: str,
+) -> None:
+    _, claimed = write(database_url, [spec("a"), spec("b")], here())
+    a, b = sorted(claimed, key=lambda j: j.args["nid"])
+    db = Database(database_url)
+    await db.open()
+    try:
+        stale = (b.id, b.claim + 1)  # another claim's fence: must not hold
+        held = await queue.complete_direct(db, [a.fence, stale], NOW)
+        assert held == {a.fence}
+        assert rows(database_url)["a"][1] == "completed"
+        assert rows(database_url)["b"][1] == "running"
+    finally:
+        await db.close()
