@@ -89,21 +89,22 @@ UNKNOWN_PERSON = Person(human=False, active=False, categories_off=frozenset())
 # (recipient, thread) pairs of a group cost more than the rest of the read. Every key
 # list is free of duplicates.
 #
-# Every read is an index scan at any key count and any table size, in a form that
-# takes the choice from the planner (docs/performance.md, "decide at scale"). It
-# cannot count the keys of a JSON array: it guesses 100 rows for the unpacked list
-# and 10 elements for an array built from it, whatever they are. Joined to the
-# list as a plain table, a table of a few thousand rows (threads), or one with many
-# rows per key (follows), was scanned whole for every group, one key or 30,000; a
-# true count would not help either (an unnested text[]: it then scans at a few
-# hundred keys, pricing each probe as a disk read, and after a few executions a
-# prepared statement plans for 100 rows anyway). So:
+# Every read reaches each table by its key, at any key count and table size, in a
+# form that leaves the planner no other choice (docs/performance.md, "decide at
+# scale"; tests/test_read_plans.py). It cannot count the keys of a JSON array: it
+# guesses 100 rows for the unpacked list and 10 elements for an array built from
+# it. Joined to the list as a plain table, a table of a few thousand rows (threads),
+# or one with many rows per key (follows), was scanned whole for every group, one
+# key or 30,000. A true count does not help: given an unnested text[] it scans
+# people and windows at 500 keys (pricing each probe as a disk read), and after a
+# few executions a prepared statement plans for 100 rows anyway. So:
 # - one key column: ``column = ANY(_KEY_ARRAY)``, an index scan with one descent
-#   per key (the planner's 10 elements make it the cheapest plan for any table but
-#   a few pages);
-# - a read per key that must stay one (pairs, several rows per key): a LATERAL
-#   sub-select per key, fenced with OFFSET 0 (or an aggregate) so that it is never
-#   flattened into a join the planner could turn into a scan.
+#   per key (with 10 elements guessed, the cheapest plan for any table but a few
+#   pages);
+# - a read per key that must stay one (pairs, many rows per key, the row joined to
+#   a fact: preferences, devices): a LATERAL sub-select per key, fenced with OFFSET
+#   0 (or an aggregate), so that it is never flattened into a join the planner
+#   could make a hash of a whole table.
 _KEYS = "json_array_elements_text(%s::json)"
 _KEY_ARRAY = f"ARRAY(SELECT {_KEYS})"
 _PAIR_KEYS = f"ROWS FROM ({_KEYS}, {_KEYS})"
@@ -142,15 +143,17 @@ _READS = (
 )
 _PEOPLE = (
     "SELECT u.user_id, u.kind, u.active, p.categories"
-    " FROM bothy.users u LEFT JOIN bothy.preferences p ON p.user_id = u.user_id"
+    " FROM bothy.users u LEFT JOIN LATERAL (SELECT p.categories FROM bothy.preferences p"
+    "  WHERE p.user_id = u.user_id OFFSET 0) p ON true"
     f" WHERE u.user_id = ANY({_KEY_ARRAY})"
 )
 # A device without a row counts as active (its row may still be on its way). A device
 # is the person's own: (user_id, device_id) is its key.
 _DEVICES = (
     "SELECT r.user_id, r.device_id, coalesce(d.platform, 'web'), r.id"
-    " FROM bothy.push_registrations r"
-    " LEFT JOIN bothy.devices d ON d.user_id = r.user_id AND d.device_id = r.device_id"
+    " FROM bothy.push_registrations r LEFT JOIN LATERAL (SELECT d.platform, d.state"
+    "  FROM bothy.devices d WHERE d.user_id = r.user_id AND d.device_id = r.device_id"
+    "  OFFSET 0) d ON true"
     f" WHERE r.user_id = ANY({_KEY_ARRAY}) AND r.invalidated_at IS NULL"
     " AND coalesce(d.state, 'active') = 'active'"
     " ORDER BY r.user_id, r.device_id, r.id"
