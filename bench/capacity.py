@@ -87,8 +87,11 @@ INPUTS: dict[str, Input] = {
     ),
     "round_pg_us_per_recipient": Input(25.2, f"{SCALE}: 245 us per event of 9.7 recipients"),
     "round_us_per_projection": Input(
-        150, "assumption: one projection statement per non-message event (round + PostgreSQL)"
+        90,
+        f"{SCALE}: thread.read, 40-49 us round + 40-42 us PostgreSQL (its one round trip,"
+        " which the round waits for; 280-385 us wall under load)",
     ),
+    "projection_pg_us": Input(41, f"{SCALE}: thread.read, PostgreSQL per event"),
     # The job runner.
     "push_cpu_us": Input(137.7, f"{PERF}: bench/push.py, daemon CPU per push (quiet)"),
     "push_pg_us": Input(55.8, f"{PERF}: bench/push.py, PostgreSQL CPU per push (quiet)"),
@@ -231,12 +234,15 @@ def model(v: dict[str, float]) -> dict[str, Any]:
     per_event = writes_per_event(v)
     rows = sum(rate[t] * per_event[t] for t in per_event) + identifies  # identify: device row
     row_us = (v["pg_cpu_us_per_row_insert"] + v["pg_cpu_us_per_row_update"]) / 2
-    round_backend = decided * v["round_pg_us_per_recipient"] / 1e6  # one connection
+    round_backend = (  # one connection
+        decided * v["round_pg_us_per_recipient"] + projections * v["projection_pg_us"]
+    ) / 1e6
     pg_cores = (
         v["events_per_s"] * v["append_pg_us_per_event"]
         + (decided + flush_jobs) * v["round_pg_us_per_recipient"]
         + pushes * v["push_pg_us"]
         + identifies * v["identify_pg_us"]
+        + projections * v["projection_pg_us"]
     ) / 1e6
     primary = v["primary_cores"] * v["primary_efficiency"]
     out["postgres"] = {
