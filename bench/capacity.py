@@ -33,6 +33,7 @@ class Input:
 
 PERF = "docs/performance.md"
 ISSUE = "issue 19 (measured 2026-12-03)"
+PUBLIC = "docs/performance.md, public path (bench/public_path.py, i19-http, loaded machine)"
 SCALE = "bench/decide.py --scale (this branch, loaded machine)"
 CEILING = "bench/pg_ceiling.py (this branch, loaded machine)"
 
@@ -60,11 +61,14 @@ INPUTS: dict[str, Input] = {
     "idle_cpu_us_per_connection_s": Input(
         3.2, f"{ISSUE}: 5,000 connections without heartbeats took 1.6 % of a core"
     ),
-    "cpu_us_per_ping": Input(540, f"{ISSUE}: daemon CPU per ping (target <= 50)"),
+    "cpu_us_per_ping": Input(
+        235, f"{PUBLIC}: phase (p), daemon CPU per ping (540 in {ISSUE}; target <= 50)"
+    ),
     "heartbeat_s": Input(30, "sync.heartbeat (default): one ping per connection per period"),
     "identifies_per_s_per_process": Input(
-        475, f"{ISSUE}: 19,000 connections identified in 40 s, one process"
+        150, f"{PUBLIC}: phase (s), 18,990 connecting at once (475 in {ISSUE})"
     ),
+    "cpu_us_per_identify": Input(2_796, f"{PUBLIC}: phase (s), daemon CPU per identify"),
     "connections_per_process": Input(
         19_000, f"{PERF}: 19,000 in one process at 11.77 KB (ulimit -n 20,000)"
     ),
@@ -77,7 +81,12 @@ INPUTS: dict[str, Input] = {
         150, "assumption: a gateway_send job and its frame (a push's runner share, 137.7 us)"
     ),
     # The HTTP path (producers appending one event per POST).
-    "http_cpu_ms_per_event": Input(8.7, f"{ISSUE}: daemon CPU per single-event POST (target 1.5)"),
+    "http_cpu_ms_per_event": Input(
+        2.0,
+        f"{PUBLIC}: phase (a), daemon CPU per single-event POST end to end, 1.9-2.1 ms"
+        f" (8.7 in {ISSUE}; target 1.5); an upper bound for the API's share: it includes"
+        " the round's and the jobs' for 10 recipients (about a third, by its profile)",
+    ),
     "append_pg_us_per_event": Input(
         350, f"{PERF}: one append_event costs PostgreSQL 0.25-0.45 ms alone (53 us in tens)"
     ),
@@ -178,7 +187,7 @@ def model(v: dict[str, float]) -> dict[str, Any]:
     # Gateway: pings, identifies, CPU, memory, processes.
     pings = v["connections"] / v["heartbeat_s"]
     identifies = v["connections"] / v["connection_lifetime_s"]
-    identify_us = 1e6 / v["identifies_per_s_per_process"]  # the storm was CPU-bound
+    identify_us = v["cpu_us_per_identify"]
     gateway_cores = (
         v["connections"] * v["idle_cpu_us_per_connection_s"]
         + pings * v["cpu_us_per_ping"]
