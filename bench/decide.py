@@ -18,8 +18,19 @@ a machine whose cores are all busy shows (a quiet one overlaps the round's
 Python with the server's ingest). ``--profile FILE`` records the round with
 py-spy (collapsed stacks in FILE, top entries printed).
 
+``--scale`` runs the same round against tables of a large deployment instead:
+100,000 people, 1,000,000 follows and 10,000 threads written with COPY
+(``bench/_scale.py``: a skewed number of followers per thread, a tenth of the
+follows at level ``all``), the messages going to threads drawn at random.
+``--explain`` then prints ``EXPLAIN (ANALYZE, BUFFERS)`` of every statement of one
+round over a burst of messages to the most followed threads (20,000-30,000
+recipient keys at ``--scale``, decided as a node of a cluster with coalescing, so
+that every read of the round is sent), of one round of a single message, and of
+the job runner's and handlers' statements for the jobs they left; each with its
+generic plan (the one a prepared statement comes to) when that differs.
+
 Usage: .venv/bin/python bench/decide.py [--events N] [--followers F] [--threads T]
-       [--batch B] [--profile FILE]
+       [--batch B] [--profile FILE] [--scale [--people P] [--follows F]] [--explain]
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import struct
 import sys
 import time
@@ -39,6 +51,17 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import Profiler, bench_database, machine, postgres_cpu, postgres_pid, report
+from bench._scale import (
+    Scale,
+    Seeded,
+    burst_messages,
+    capture_jobs,
+    capture_round,
+    explain_all,
+    most_followed,
+    print_explained,
+    seed_scale,
+)
 from bothy_notify.config import structure_config
 from bothy_notify.kernel.clock import SystemClock
 from bothy_notify.kernel.metrics import Metrics
@@ -85,15 +108,40 @@ def seed(url: str, events: int, followers: int, threads: int, batch: int) -> Non
         append(conn, setup)
         conn.commit()
         run_round(url, batch)  # the set-up projections are not what is measured
-        started = time.perf_counter()
+    append_messages(url, messages)
+
+
+def append_messages(url: str, messages: list[tuple[str, dict[str, object]]]) -> None:
+    """Append ``messages`` through ``bothy.append_event``, a thousand per transaction."""
+    started = time.perf_counter()
+    with psycopg.connect(url) as conn:
         for i in range(0, len(messages), 1000):
             append(conn, messages[i : i + 1000])
             conn.commit()
-        elapsed = time.perf_counter() - started
+    elapsed = time.perf_counter() - started
     print(
-        f"appended {events} message events in {elapsed:.2f}s "
-        f"({events / elapsed:,.0f}/s through bothy.append_event)"
+        f"appended {len(messages)} message events in {elapsed:.2f}s "
+        f"({len(messages) / elapsed:,.0f}/s through bothy.append_event)"
     )
+
+
+def scale_messages(seeded: Seeded, events: int) -> list[tuple[str, dict[str, object]]]:
+    """``events`` messages, each to a thread drawn at random from all of them."""
+    rng = random.Random(seeded.scale.seed + 1)
+    seqs: dict[str, int] = {}
+    out: list[tuple[str, dict[str, object]]] = []
+    for m in range(events):
+        thread = f"t{rng.randrange(seeded.scale.threads)}"
+        seqs[thread] = seqs.get(thread, 0) + 1
+        payload: dict[str, object] = {
+            "thread_id": thread,
+            "message_id": f"m{m}",
+            "thread_seq": seqs[thread],
+            "author_id": "author",
+            "mentions": [],
+        }
+        out.append(("message.created", payload))
+    return out
 
 
 def append(conn: psycopg.Connection, events: list[tuple[str, dict[str, object]]]) -> None:
@@ -225,21 +273,65 @@ def bare_binary_copy(url: str, rows: int, postmaster: int | None = None) -> Time
         return watch.stop()
 
 
+def explain_rounds(url: str, batch: int, burst_threads: int) -> dict[str, object]:
+    """``--explain``: the plans of a burst round, a one-message round and the jobs'
+    statements (see the module's docstring); returns their figures for the report."""
+    config = structure_config(
+        {"server": {"role": "all"}, "cluster": {"mode": "multi"}, "notify": {"batch_size": batch}},
+        env={},
+    )
+    popular = most_followed(url, burst_threads)
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT node_id::text FROM bothy.nodes LIMIT 1").fetchone()
+    node_id = row[0] if row else "00000000-0000-0000-0000-000000000000"
+    append_messages(url, burst_messages(popular, batch, 1_000_000))
+    append_messages(url, burst_messages(popular[-1:], 1, 2_000_000))
+    timeout = config.cluster.node_timeout
+    figures: dict[str, object] = {}
+    for name, limit in (("burst", batch), ("one message", 1)):
+        explained = explain_all(url, capture_round(url, config, timeout, limit))
+        title = f"round of {limit} message(s) to the {len(popular)} most followed threads"
+        if limit == 1:
+            title = "round of one message"
+        print_explained(title, explained)
+        figures[name] = [e.figures() for e in explained]
+    explained = explain_all(url, capture_jobs(url, config, node_id))
+    print_explained("job runner and handlers", explained)
+    figures["jobs"] = [e.figures() for e in explained]
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--followers", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=500)
+    parser.add_argument("--threads", type=int, help="default: 500; 10,000 with --scale")
     parser.add_argument("--batch", type=int, default=500, help="notify.batch_size")
     parser.add_argument("--profile", metavar="FILE", help="py-spy the round into FILE")
+    parser.add_argument("--scale", action="store_true", help="the tables of a large deployment")
+    parser.add_argument("--people", type=int, default=Scale.people, help="with --scale")
+    parser.add_argument("--follows", type=int, default=Scale.follows, help="with --scale")
+    parser.add_argument("--explain", action="store_true", help="print the plans of every read")
+    parser.add_argument(
+        "--burst-threads", type=int, default=60, help="threads of the --explain burst"
+    )
     args = parser.parse_args()
+    threads = args.threads or (Scale.threads if args.scale else 500)
     print(f"machine: {machine()}, load {os.getloadavg()[0]:.2f}")
+    scale_figures: dict[str, object] = {}
     with bench_database() as url:
         postmaster = postgres_pid(url)
-        seed(url, args.events, args.followers, args.threads, args.batch)
+        if args.scale:
+            scale = Scale(people=args.people, follows=args.follows, threads=threads)
+            seeded = seed_scale(url, scale)
+            append_messages(url, scale_messages(seeded, args.events))
+            scale_figures = {"people": scale.people, "follows": scale.follows, "threads": threads}
+        else:
+            seed(url, args.events, args.followers, threads, args.batch)
         timed, consumed, jobs = run_round(url, args.batch, postmaster, args.profile)
         copy = bare_copy(url, jobs, postmaster)
         binary = bare_binary_copy(url, jobs, postmaster)
+        plans = explain_rounds(url, args.batch, args.burst_threads) if args.explain else None
     elapsed, copy_elapsed = timed.wall, copy.wall
     events_per_s = consumed / elapsed if elapsed else 0.0
     jobs_per_s = jobs / elapsed if elapsed else 0.0
@@ -268,7 +360,8 @@ def main() -> None:
         copy_rows_per_s=round(copy_per_s),
         ratio_to_copy=round(ratio, 3),
         events=args.events,
-        followers=args.followers,
+        followers=None if args.scale else args.followers,
+        scale=scale_figures or None,
         round_cpu_us_per_job=round(round_us, 2),
         round_postgres_cpu_us_per_job=round(round_pg_us, 2),
         copy_cpu_us_per_row=round(copy_us, 2),
@@ -277,6 +370,7 @@ def main() -> None:
         copy_binary_rows_per_s=round(binary_per_s),
         copy_binary_postgres_cpu_us_per_row=round(binary_pg_us, 2),
         ratio_to_binary_copy=round(binary_ratio, 3),
+        plans=plans,
     )
 
 

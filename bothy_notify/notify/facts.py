@@ -84,58 +84,86 @@ UNKNOWN_PERSON = Person(human=False, active=False, categories_off=frozenset())
 """A person the projection has never heard of receives nothing."""
 
 
-# Lists of keys travel as one JSON array (orjson) that the server unpacks and joins
-# with: psycopg builds a text[] parameter element by element in Python, which for
-# the thousands of (recipient, thread) pairs of a group cost more than the rest of
-# the read. Every key list is free of duplicates.
+# Lists of keys travel as one JSON array (orjson) that the server unpacks: psycopg builds
+# a text[] parameter element by element in Python, which for the thousands of
+# (recipient, thread) pairs of a group cost more than the rest of the read. Every key
+# list is free of duplicates.
+#
+# Every read reaches each table by its key, at any key count and table size, in a
+# form that leaves the planner no other choice (docs/performance.md, "decide at
+# scale"; tests/test_read_plans.py). It cannot count the keys of a JSON array: it
+# guesses 100 rows for the unpacked list and 10 elements for an array built from
+# it. Joined to the list as a plain table, a table of a few thousand rows (threads),
+# or one with many rows per key (follows), was scanned whole for every group, one
+# key or 30,000. A true count does not help: given an unnested text[] it scans
+# people and windows at 500 keys (pricing each probe as a disk read), and after a
+# few executions a prepared statement plans for 100 rows anyway. So:
+# - one key column: ``column = ANY(_KEY_ARRAY)``, an index scan with one descent
+#   per key (with 10 elements guessed, the cheapest plan for any table but a few
+#   pages);
+# - a read per key that must stay one (pairs, many rows per key, the row joined to
+#   a fact: preferences, devices): a LATERAL sub-select per key, fenced with OFFSET
+#   0 (or an aggregate), so that it is never flattened into a join the planner
+#   could make a hash of a whole table.
 _KEYS = "json_array_elements_text(%s::json)"
+_KEY_ARRAY = f"ARRAY(SELECT {_KEYS})"
 _PAIR_KEYS = f"ROWS FROM ({_KEYS}, {_KEYS})"
 _THREADS = (
     "SELECT t.thread_id, t.space_id, t.channel_id, t.last_message_seq, t.unread_floor_seq"
-    f" FROM {_KEYS} AS k(id) JOIN bothy.threads t ON t.thread_id = k.id"
+    f" FROM bothy.threads t WHERE t.thread_id = ANY({_KEY_ARRAY})"
 )
-# One JSON text for all of a group's follow levels: {thread: {user: level}}.
+# One JSON text for all of a group's follow levels: {thread: {user: level}}, one
+# index range per thread (a popular thread has thousands of rows: no sort, no scan).
 _FOLLOWS = (
-    "SELECT coalesce(json_object_agg(thread_id, levels), '{}')::text FROM ("
-    "  SELECT f.thread_id, json_object_agg(f.user_id, f.level) AS levels"
-    f"  FROM {_KEYS} AS k(id) JOIN bothy.follows f ON f.thread_id = k.id"
-    "  GROUP BY f.thread_id) g"
+    "SELECT coalesce(json_object_agg(k.id, f.levels), '{}')::text"
+    f" FROM {_KEYS} AS k(id) CROSS JOIN LATERAL ("
+    "  SELECT json_object_agg(f.user_id, f.level) AS levels FROM bothy.follows f"
+    "  WHERE f.thread_id = k.id) f"
+    " WHERE f.levels IS NOT NULL"
 )
 # Read access: the memberships of the group's people in the scopes (thread, channel,
 # space) of the group's threads; a person may read a thread when one of them names
-# one of its scopes. Usually a few rows per person, however many threads.
+# one of its scopes. Read per person (usually a few rows each, however many threads),
+# never per scope (a space may have more members than the group has people).
 _MEMBERS = (
-    "SELECT m.user_id, m.scope_id FROM ("
-    f"  SELECT DISTINCT s.id FROM {_KEYS} AS k(id) JOIN bothy.threads t ON t.thread_id = k.id"
+    "SELECT k.id, m.scope_id"
+    f" FROM {_KEYS} AS k(id) CROSS JOIN LATERAL ("
+    "  SELECT m.scope_id FROM bothy.members m WHERE m.user_id = k.id OFFSET 0) m"
+    " JOIN ("
+    "  SELECT DISTINCT s.id FROM bothy.threads t"
     "  CROSS JOIN unnest(ARRAY[t.thread_id, t.channel_id, t.space_id]) AS s(id)"
-    "  WHERE s.id IS NOT NULL) scopes"
-    " JOIN bothy.members m ON m.scope_id = scopes.id"
-    f" WHERE m.user_id IN (SELECT * FROM {_KEYS})"
+    f"  WHERE t.thread_id = ANY({_KEY_ARRAY}) AND s.id IS NOT NULL) scopes"
+    " ON scopes.id = m.scope_id"
 )
 _READS = (
-    "SELECT r.user_id, r.thread_id, r.last_read_seq"
-    f" FROM {_PAIR_KEYS} AS k(user_id, thread_id)"
-    " JOIN bothy.read_states r ON r.user_id = k.user_id AND r.thread_id = k.thread_id"
+    "SELECT k.user_id, k.thread_id, r.last_read_seq"
+    f" FROM {_PAIR_KEYS} AS k(user_id, thread_id) CROSS JOIN LATERAL ("
+    "  SELECT r.last_read_seq FROM bothy.read_states r"
+    "  WHERE r.user_id = k.user_id AND r.thread_id = k.thread_id OFFSET 0) r"
 )
 _PEOPLE = (
     "SELECT u.user_id, u.kind, u.active, p.categories"
-    f" FROM {_KEYS} AS k(id) JOIN bothy.users u ON u.user_id = k.id"
-    " LEFT JOIN bothy.preferences p ON p.user_id = u.user_id"
+    " FROM bothy.users u LEFT JOIN LATERAL (SELECT p.categories FROM bothy.preferences p"
+    "  WHERE p.user_id = u.user_id OFFSET 0) p ON true"
+    f" WHERE u.user_id = ANY({_KEY_ARRAY})"
 )
 # A device without a row counts as active (its row may still be on its way). A device
 # is the person's own: (user_id, device_id) is its key.
 _DEVICES = (
     "SELECT r.user_id, r.device_id, coalesce(d.platform, 'web'), r.id"
-    f" FROM {_KEYS} AS k(id) JOIN bothy.push_registrations r ON r.user_id = k.id"
-    " LEFT JOIN bothy.devices d ON d.user_id = r.user_id AND d.device_id = r.device_id"
-    " WHERE r.invalidated_at IS NULL AND coalesce(d.state, 'active') = 'active'"
+    " FROM bothy.push_registrations r LEFT JOIN LATERAL (SELECT d.platform, d.state"
+    "  FROM bothy.devices d WHERE d.user_id = r.user_id AND d.device_id = r.device_id"
+    "  OFFSET 0) d ON true"
+    f" WHERE r.user_id = ANY({_KEY_ARRAY}) AND r.invalidated_at IS NULL"
+    " AND coalesce(d.state, 'active') = 'active'"
     " ORDER BY r.user_id, r.device_id, r.id"
 )
 _WINDOWS = (
-    "SELECT w.user_id, w.thread_id, w.opened_at, w.closes_at, w.count, w.first_seq,"
+    "SELECT k.user_id, k.thread_id, w.opened_at, w.closes_at, w.count, w.first_seq,"
     " w.newest_seq, w.newest_message_id, w.mention"
-    f" FROM {_PAIR_KEYS} AS k(user_id, thread_id)"
-    " JOIN bothy.hint_windows w ON w.user_id = k.user_id AND w.thread_id = k.thread_id"
+    f" FROM {_PAIR_KEYS} AS k(user_id, thread_id) CROSS JOIN LATERAL ("
+    "  SELECT * FROM bothy.hint_windows w"
+    "  WHERE w.user_id = k.user_id AND w.thread_id = k.thread_id OFFSET 0) w"
 )
 # Rows of live nodes only; a device live on two nodes at once (it moved, and the
 # older connection is not closed yet) counts once: its newest connection wins
@@ -330,7 +358,7 @@ def load_group(
         c_follows = (
             conn.execute(_FOLLOWS, (thread_keys,)) if thread_list and follows is None else None
         )
-        c_members = conn.execute(_MEMBERS, (thread_keys, user_keys)) if thread_list else None
+        c_members = conn.execute(_MEMBERS, (user_keys, thread_keys)) if thread_list else None
         c_reads = conn.execute(_READS, (pair_users, pair_threads)) if thread_list else None
         c_people = conn.execute(_PEOPLE, (user_keys,))
         c_devices = conn.execute(_DEVICES, (user_keys,))
@@ -417,6 +445,9 @@ def reach_now(
     if not pairs:
         return {}
     keys = list(pairs)
+    # The pairs as two JSON arrays (a pair without a thread: null), each fact read by
+    # its key per pair (see _KEYS: with their true count the planner hashed a
+    # thousand pairs against whole scans of the people and the threads).
     rows = conn.execute(
         "SELECT k.u, k.t,"
         " coalesce(p.kind = 'human' AND p.active, false) AND (k.t IS NULL OR EXISTS ("
@@ -424,10 +455,13 @@ def reach_now(
         "   AND m.scope_id IN (t.thread_id, t.channel_id, t.space_id))),"
         " t.space_id, t.channel_id,"
         " greatest(coalesce(r.last_read_seq, 0), coalesce(t.unread_floor_seq, 0))"
-        " FROM unnest(%s::text[], %s::text[]) AS k(u, t)"
-        " LEFT JOIN bothy.users p ON p.user_id = k.u"
-        " LEFT JOIN bothy.threads t ON t.thread_id = k.t"
-        " LEFT JOIN bothy.read_states r ON r.user_id = k.u AND r.thread_id = k.t",
-        ([k[0] for k in keys], [k[1] for k in keys]),
+        f" FROM {_PAIR_KEYS} AS k(u, t)"
+        " LEFT JOIN LATERAL (SELECT p.kind, p.active FROM bothy.users p"
+        "  WHERE p.user_id = k.u OFFSET 0) p ON true"
+        " LEFT JOIN LATERAL (SELECT t.thread_id, t.channel_id, t.space_id, t.unread_floor_seq"
+        "  FROM bothy.threads t WHERE t.thread_id = k.t OFFSET 0) t ON true"
+        " LEFT JOIN LATERAL (SELECT r.last_read_seq FROM bothy.read_states r"
+        "  WHERE r.user_id = k.u AND r.thread_id = k.t OFFSET 0) r ON true",
+        (orjson.dumps([k[0] for k in keys]).decode(), orjson.dumps([k[1] for k in keys]).decode()),
     ).fetchall()
     return {(r[0], r[1]): Reach(bool(r[2]), r[3], r[4], int(r[5])) for r in rows}

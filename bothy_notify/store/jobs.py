@@ -384,10 +384,14 @@ def claim(
     rows = conn.execute(
         "UPDATE bothy.jobs j SET state = 'running', attempt = j.attempt + 1,"
         " claim = j.claim + 1, lease_until = %s"
-        " FROM (SELECT id FROM bothy.jobs WHERE state = 'available' AND scheduled_at <= %s"
-        f"       AND kind = ANY(%s){mine} ORDER BY scheduled_at, id LIMIT %s"
-        "       FOR UPDATE SKIP LOCKED) c"
-        " WHERE j.id = c.id"
+        # The claimed ids as an array, so each job is updated through its key: joined
+        # to them as a table, the planner hashed a few hundred ids against a scan of
+        # the whole table (finished jobs included) once it planned the statement for
+        # its generic parameters (docs/performance.md, "decide at scale").
+        " WHERE j.id = ANY(ARRAY(SELECT id FROM bothy.jobs"
+        "  WHERE state = 'available' AND scheduled_at <= %s"
+        f"  AND kind = ANY(%s){mine} ORDER BY scheduled_at, id LIMIT %s"
+        "  FOR UPDATE SKIP LOCKED))"
         # The args as text, decoded by orjson in C (psycopg's jsonb loader is the json
         # module's Python decoder: it showed in bench/push.py's profile).
         " RETURNING j.id, j.kind, j.args::text, j.attempt, j.max_attempts, j.scheduled_at,"

@@ -141,16 +141,20 @@ def record_messages(conn: Conn, messages: list[tuple[str, int]]) -> None:
     # Threads that move: one UPDATE of those whose sequence rises (no new row version
     # for the others); threads never seen: inserted. Keys travel as JSON arrays (a
     # text[] parameter is built element by element in Python). The insert's ON
-    # CONFLICT covers a thread another transaction created meanwhile.
+    # CONFLICT covers a thread another transaction created meanwhile. Both reach the
+    # threads by their key, however many (the planner, guessing 100 keys, scanned
+    # the table; see notify/facts.py on the forms): the update through ``= ANY``, the
+    # check through a sub-select per key that OFFSET 0 keeps from becoming a join.
     conn.execute(
         "WITH k AS (SELECT id, seq::bigint AS seq FROM ROWS FROM"
         "   (json_array_elements_text(%s::json), json_array_elements_text(%s::json))"
         "   AS k(id, seq)),"
         " raised AS (UPDATE bothy.threads t SET last_message_seq = k.seq FROM k"
-        "   WHERE t.thread_id = k.id AND t.last_message_seq < k.seq)"
+        "   WHERE t.thread_id = ANY(ARRAY(SELECT id FROM k)) AND t.thread_id = k.id"
+        "   AND t.last_message_seq < k.seq)"
         " INSERT INTO bothy.threads (thread_id, last_message_seq)"
         " SELECT k.id, k.seq FROM k"
-        " WHERE NOT EXISTS (SELECT 1 FROM bothy.threads t WHERE t.thread_id = k.id)"
+        " WHERE NOT EXISTS (SELECT 1 FROM bothy.threads t WHERE t.thread_id = k.id OFFSET 0)"
         " ON CONFLICT (thread_id) DO UPDATE SET last_message_seq ="
         " greatest(bothy.threads.last_message_seq, EXCLUDED.last_message_seq)",
         (json.dumps(list(latest)), json.dumps(list(latest.values()))),
