@@ -185,6 +185,8 @@ def _state(ctx: ApiContext, state: store.RecipientState) -> JSONResponse:
 
 def _delivery(body: dict[str, Any]) -> tuple[str, str, str | None, bytes | None]:
     """(channel, token or URL, environment, signing key) as far as check 2 goes."""
+    if any(value is None for value in body.values()):  # a member is a value or absent
+        _malformed()
     channel = body.get("channel")
     if channel not in CHANNELS:
         _malformed()

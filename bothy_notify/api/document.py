@@ -1,0 +1,232 @@
+"""``GET /v1/openapi.json``: the HTTP API's document, as this server serves it.
+
+``schemas/openapi.yaml`` is the static base (a test keeps its operations equal
+to the routes). What only the running configuration knows is filled in here,
+so a client generated from the served document, or a fuzzer reading it, sends
+only what this server accepts:
+
+- the categories a person can switch (``PUT /v1/preferences``: the built-in
+  ones and ``notify.categories``), and the app categories a ``hint.requested``
+  may name (``notify.categories``; without any, no ``hint.requested`` is
+  accepted and its branch of ``Event`` is left out);
+- the providers of ``POST /v1/registrations`` and the channels of ``POST
+  /v1/recipients/register``: both request bodies are a ``oneOf`` with one
+  branch per provider (the branch's ``provider`` or ``channel`` is a
+  ``const``), and the branches of providers this server has not configured
+  are left out;
+- the apps a registration's ``app_id`` may name, for a provider whose block
+  configures ``apps`` (then ``app_id`` is required and one of them);
+- ``server.max_batch_events`` as the batch's ``maxItems``.
+
+The event payload schemas the base refers to as files (``events/*.json``) are
+inlined as ``#/components/schemas/payload.<type>``, so the document stands
+alone, and their ``maxDecodedBytes`` (this project's keyword, which other
+readers ignore) is spelled as a ``maxLength`` every JSON Schema reader knows.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import yaml
+from starlette.requests import Request
+from starlette.responses import Response
+
+from bothy_notify import resources
+from bothy_notify.api.context import ApiContext
+from bothy_notify.api.preferences import known_categories
+
+EVENT_FILE_PREFIX = "events/"
+PAYLOAD_PREFIX = "payload."
+"""Component name prefix of an inlined event payload schema (``payload.thread.read``)."""
+_SCHEMAS = "#/components/schemas/"
+
+AppsByProvider = tuple[tuple[str, tuple[str, ...]], ...]
+"""``((provider, (app_id, ...)), ...)``: hashable, so a document is built once per value."""
+
+
+@dataclass(frozen=True, slots=True)
+class Enumerations:
+    """What the served document takes from the running configuration.
+
+    Attributes:
+        categories: every category a person can switch, built-in ones first.
+        app_categories: ``notify.categories``, the categories of app hints.
+        providers: the configured providers (also the topic-mode channels).
+        apps: per provider that configures apps, the app ids (sorted); a
+            provider not named here takes any ``app_id`` of the ID form.
+        max_batch_events: ``server.max_batch_events``.
+    """
+
+    categories: tuple[str, ...]
+    app_categories: tuple[str, ...]
+    providers: frozenset[str]
+    apps: AppsByProvider = ()
+    max_batch_events: int = 1000
+
+
+def enumerations(ctx: ApiContext) -> Enumerations:
+    """The enumerations of this server's configuration."""
+    return Enumerations(
+        categories=known_categories(ctx),
+        app_categories=tuple(ctx.config.notify.categories),
+        providers=ctx.provider_names,
+        apps=configured_apps(ctx.config.push, ctx.provider_names),
+        max_batch_events=ctx.config.server.max_batch_events,
+    )
+
+
+def configured_apps(push: object, providers: Iterable[str]) -> AppsByProvider:
+    """The app ids of each provider block that configures ``apps``
+    (``[push.<provider>.apps.<app_id>]``), by provider name."""
+    found = []
+    for name in sorted(providers):
+        apps = getattr(getattr(push, name, None), "apps", None)
+        if isinstance(apps, Mapping) and apps:
+            found.append((name, tuple(sorted(str(app) for app in apps))))
+    return tuple(found)
+
+
+async def get_openapi(ctx: ApiContext, request: Request) -> Response:
+    """The served document (no token: it describes the API, it holds no data)."""
+    return Response(
+        encoded_document(enumerations(ctx)),
+        media_type="application/json",
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def encoded_document(enums: Enumerations) -> bytes:
+    """:func:`served_document` as JSON, built once per configuration."""
+    return json.dumps(served_document(enums), separators=(",", ":")).encode()
+
+
+@functools.cache
+def base_document() -> dict[str, Any]:
+    """``schemas/openapi.yaml`` as read from the package data (do not modify)."""
+    loaded: dict[str, Any] = yaml.safe_load(
+        (resources.schemas() / "openapi.yaml").read_text(encoding="utf-8")
+    )
+    return loaded
+
+
+def served_document(enums: Enumerations) -> dict[str, Any]:
+    """The base document with the event schemas inlined and ``enums`` filled in."""
+    document = copy.deepcopy(base_document())
+    schemas: dict[str, Any] = document["components"]["schemas"]
+    document["components"]["schemas"] = _with_payload_schemas(document, schemas)
+    schemas = document["components"]["schemas"]
+    document["servers"] = [{"url": "/", "description": "this server"}]
+
+    categories = schemas["Preferences"]["properties"]["categories"]
+    categories["propertyNames"] = {"enum": list(enums.categories)}
+
+    hint = schemas.get(f"{PAYLOAD_PREFIX}hint.requested")
+    if hint is not None and enums.app_categories:
+        hint["properties"]["category"]["enum"] = list(enums.app_categories)
+    elif hint is not None:
+        _drop_branches(schemas, "Event", lambda branch: _const(branch, "type") == "hint.requested")
+
+    apps = dict(enums.apps)
+    for name, field in (("RegistrationRequest", "provider"), ("RecipientRegistration", "channel")):
+        _drop_branches(schemas, name, partial(_not_configured, field, enums.providers))
+    for branch in schemas["RegistrationRequest"].get("oneOf", []):
+        target = _resolve(schemas, branch)
+        provider_apps = apps.get(str(_const(target, "provider")))
+        if provider_apps:
+            target["properties"]["app_id"] = {"enum": list(provider_apps)}
+            target["required"] = [*target["required"], "app_id"]
+
+    events = schemas["EventBatch"]["properties"]["events"]
+    events["maxItems"] = enums.max_batch_events
+    return document
+
+
+def _with_payload_schemas(document: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
+    """Point every ``events/<type>.json`` reference at an inlined component."""
+    payloads: dict[str, Any] = {}
+    for name, schema in resources.event_schemas().items():
+        inlined = {k: v for k, v in schema.items() if k not in ("$schema", "$id")}
+        payloads[f"{PAYLOAD_PREFIX}{name}"] = _spell_decoded_bounds(inlined)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith(EVENT_FILE_PREFIX):
+                event_type = ref.removeprefix(EVENT_FILE_PREFIX).removesuffix(".json")
+                node["$ref"] = f"{_SCHEMAS}{PAYLOAD_PREFIX}{event_type}"
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(document)
+    return {**schemas, **payloads}
+
+
+def _spell_decoded_bounds(node: Any) -> Any:
+    """``maxDecodedBytes: N`` on a canonical base64 string, as a ``maxLength``.
+
+    Canonical base64 of N = 3k + r bytes: every string of up to 4k characters
+    decodes to at most 3k bytes; of 4k + 4 characters only those whose padding
+    leaves at most N bytes (``==``: one byte, ``=``: two) when r is not zero.
+    That last form cannot be said in lengths without an ``anyOf`` that costs a
+    generator minutes per string, so the served bound is ``maxLength: 4k`` and
+    the description names the one form the server also accepts. The document
+    never allows more than the server does.
+    """
+    if isinstance(node, list):
+        return [_spell_decoded_bounds(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _spell_decoded_bounds(value) for key, value in node.items()}
+    limit = out.pop("maxDecodedBytes", None)
+    if isinstance(limit, int):
+        groups, rest = divmod(limit, 3)
+        out["maxLength"] = 4 * groups
+        if rest:
+            padding = "==" if rest == 1 else "= or =="
+            out["description"] = (
+                f"{out.get('description', '')} At most {limit} bytes once decoded: up to"
+                f" {4 * groups} characters, or exactly {4 * groups + 4} ending in {padding}."
+            ).strip()
+    return out
+
+
+def _resolve(schemas: Mapping[str, Any], node: Any) -> Any:
+    ref = node.get("$ref") if isinstance(node, dict) else None
+    if isinstance(ref, str) and ref.startswith(_SCHEMAS):
+        return schemas[ref.removeprefix(_SCHEMAS)]
+    return node
+
+
+def _const(schema: Any, field: str) -> object:
+    """The ``const`` of ``field`` in an object schema (``None`` when it has none)."""
+    if not isinstance(schema, dict):
+        return None
+    prop = schema.get("properties", {}).get(field)
+    return prop.get("const") if isinstance(prop, dict) else None
+
+
+def _not_configured(field: str, providers: frozenset[str], branch: Any) -> bool:
+    return _const(branch, field) not in providers
+
+
+def _drop_branches(schemas: dict[str, Any], name: str, drop: Callable[[Any], bool]) -> None:
+    """Leave out the branches of ``schemas[name]``'s ``oneOf`` that ``drop`` names
+    (it gets each branch resolved); with none left, the schema accepts nothing."""
+    schema = schemas[name]
+    kept = [branch for branch in schema.get("oneOf", []) if not drop(_resolve(schemas, branch))]
+    if kept:
+        schema["oneOf"] = kept
+    else:
+        schema.pop("oneOf", None)
+        schema["not"] = {}

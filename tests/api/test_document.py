@@ -1,0 +1,218 @@
+"""``GET /v1/openapi.json``: the static document with the running configuration's
+enumerations, standing alone, and saying exactly what the server accepts."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from typing import Any
+
+import pytest
+import schemathesis
+from jsonschema import Draft202012Validator
+from referencing import Registry
+from referencing.jsonschema import DRAFT202012
+
+from bothy_notify.api.document import (
+    Enumerations,
+    base_document,
+    configured_apps,
+    served_document,
+)
+from bothy_notify.config import PushConfig
+from tests.harness import Launch, make_config
+
+ALL = frozenset({"apns", "fcm", "webhook", "fake"})
+
+
+def enums(**changes: Any) -> Enumerations:
+    values: dict[str, Any] = {
+        "categories": ("messages", "mentions", "security", "admin", "social"),
+        "app_categories": ("social",),
+        "providers": ALL,
+    }
+    values.update(changes)
+    return Enumerations(**values)
+
+
+def accepts(document: dict[str, Any], schema: str, instance: object) -> bool:
+    """Whether ``#/components/schemas/<schema>`` of ``document`` accepts ``instance``."""
+    registry: Registry[Any] = Registry().with_resource(
+        "urn:doc", DRAFT202012.create_resource(document)
+    )
+    validator = Draft202012Validator(
+        {"$ref": f"urn:doc#/components/schemas/{schema}"}, registry=registry
+    )
+    return validator.is_valid(instance)
+
+
+def branches(document: dict[str, Any], schema: str, field: str) -> list[str]:
+    schemas = document["components"]["schemas"]
+    return [
+        schemas[b["$ref"].rsplit("/", 1)[1]]["properties"][field]["const"]
+        for b in schemas[schema].get("oneOf", [])
+    ]
+
+
+def test_the_served_document_stands_alone_and_loads() -> None:
+    document = served_document(enums())
+    refs: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            refs.extend(v for k, v in node.items() if k == "$ref")
+            assert "$id" not in node and "maxDecodedBytes" not in node
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(document)
+    assert refs and all(ref.startswith("#/components/") for ref in refs)
+    schema = schemathesis.openapi.from_dict(document)
+    served = {op.ok().label for op in schema.get_all_operations()}  # type: ignore[union-attr]
+    base = {
+        f"{method.upper()} {path}"
+        for path, item in base_document()["paths"].items()
+        for method in item
+        if method in ("get", "put", "post", "delete")
+    }
+    assert served == base
+
+
+def test_only_the_configured_providers_and_channels_have_a_branch() -> None:
+    document = served_document(enums(providers=frozenset({"fake", "fcm"})))
+    assert branches(document, "RegistrationRequest", "provider") == ["fcm", "fake"]
+    assert branches(document, "RecipientRegistration", "channel") == ["fcm", "fake"]
+    assert not accepts(document, "RegistrationRequest", {"provider": "apns", "token": "a" * 64})
+    assert accepts(document, "RegistrationRequest", {"provider": "fcm", "token": "tok"})
+
+
+def test_every_provider_the_daemon_can_configure_has_a_branch_in_the_base() -> None:
+    document = served_document(enums())
+    assert set(branches(document, "RegistrationRequest", "provider")) == ALL
+    assert set(branches(document, "RecipientRegistration", "channel")) == ALL
+    # The provider blocks of push.*: each one a provider a registration may name.
+    blocks = {f.name for f in dataclasses.fields(PushConfig) if f.default is None}
+    assert blocks == ALL
+
+
+def test_without_providers_no_registration_is_allowed() -> None:
+    document = served_document(enums(providers=frozenset()))
+    assert not accepts(document, "RegistrationRequest", {"provider": "fake", "token": "t"})
+
+
+def test_per_channel_fields_are_the_servers() -> None:
+    document = served_document(enums())
+    identity = {"recipient_id": base64.b64encode(b"i" * 32).decode()}
+    identity["recipient_secret"] = base64.b64encode(b"s" * 32).decode()
+    key16 = base64.b64encode(b"k" * 16).decode()
+    cases = [
+        ({"channel": "fcm", "token": "t", "url": ""}, False),  # the issue's example
+        ({"channel": "fcm", "token": "t"}, True),
+        ({"channel": "fcm", "token": "t", "environment": "sandbox"}, False),
+        ({"channel": "apns", "token": "ab" * 32, "environment": "sandbox"}, True),
+        ({"channel": "apns", "token": "not hex"}, False),
+        ({"channel": "webhook", "url": "https://h.example/x", "signing_key": key16}, True),
+        ({"channel": "webhook", "url": "https://h.example/x"}, False),
+        ({"channel": "webhook", "url": "https://h.example/x", "signing_key": "AAAA"}, False),
+        ({"channel": "fake", "token": "t", "signing_key": key16}, False),
+    ]
+    for body, allowed in cases:
+        assert accepts(document, "RecipientRegistration", {**identity, **body}) is allowed, body
+
+
+def test_topics_and_keys_are_their_exact_lengths() -> None:
+    document = served_document(enums())
+    schemas = document["components"]["schemas"]
+    assert (schemas["Topic"]["minLength"], schemas["Topic"]["maxLength"]) == (24, 44)
+    assert (schemas["Base64Bytes32"]["minLength"], schemas["Base64Bytes32"]["maxLength"]) == (
+        44,
+        44,
+    )
+    conversation = base64.b64encode(b"\x00" + b"c" * 16).decode()
+    welcome = base64.b64encode(b"\x01" + b"w" * 32).decode()
+    assert accepts(document, "Topic", conversation) and accepts(document, "Topic", welcome)
+    assert not accepts(document, "Topic", base64.b64encode(b"\x00" + b"c" * 32).decode())
+    assert not accepts(document, "Topic", conversation[:-1])
+
+
+def test_categories_are_the_configured_ones() -> None:
+    document = served_document(enums())
+    assert accepts(document, "Preferences", {"categories": {"social": False, "admin": True}})
+    assert not accepts(document, "Preferences", {"categories": {"billing": True}})
+    assert not accepts(document, "Preferences", {"categories": {"security": False}})
+    hint = {"recipients": ["a"], "kind": "social:poke"}
+    assert accepts(document, "payload.hint.requested", {**hint, "category": "social"})
+    assert not accepts(document, "payload.hint.requested", {**hint, "category": "admin"})
+
+
+def test_without_app_categories_no_hint_requested_is_allowed() -> None:
+    document = served_document(enums(app_categories=()))
+    event = {
+        "type": "hint.requested",
+        "payload": {"recipients": ["a"], "category": "social", "kind": "social:poke"},
+    }
+    assert not accepts(document, "Event", event)
+    assert accepts(
+        document, "Event", {"type": "member.added", "payload": {"user_id": "a", "scope_id": "s"}}
+    )
+
+
+def test_apps_are_required_and_named_where_configured() -> None:
+    document = served_document(enums(apps=(("fcm", ("beta", "release")),)))
+    assert accepts(
+        document, "RegistrationRequest", {"provider": "fcm", "token": "t", "app_id": "beta"}
+    )
+    assert not accepts(document, "RegistrationRequest", {"provider": "fcm", "token": "t"})
+    assert not accepts(
+        document, "RegistrationRequest", {"provider": "fcm", "token": "t", "app_id": "x"}
+    )
+    assert accepts(document, "RegistrationRequest", {"provider": "fake", "token": "t"})
+
+
+def test_apps_are_read_from_provider_blocks_that_have_them() -> None:
+    class Block:
+        apps = {"release": object(), "beta": object()}
+
+    class Push:
+        fcm = Block()
+        apns = None
+
+    assert configured_apps(Push(), ["apns", "fcm", "fake"]) == (("fcm", ("beta", "release")),)
+    assert configured_apps(make_config().push, ["fake"]) == ()
+
+
+def test_the_batch_bound_is_server_max_batch_events() -> None:
+    document = served_document(enums(max_batch_events=3))
+    member = {"type": "member.added", "payload": {"user_id": "a", "scope_id": "s"}}
+    assert accepts(document, "EventBatch", {"events": [member] * 3})
+    assert not accepts(document, "EventBatch", {"events": [member] * 4})
+
+
+@pytest.mark.parametrize("decoded", [65_535, 65_536, 65_537])
+def test_envelope_data_never_allows_more_than_the_server(decoded: int) -> None:
+    document = served_document(enums())
+    data = base64.b64encode(b"d" * decoded).decode()
+    envelope = {
+        "topic": base64.b64encode(b"\x00" + b"c" * 16).decode(),
+        "kind": "application",
+        "should_push": True,
+        "data": data,
+    }
+    # 65,536 bytes is accepted by the server in its one 87,384-character form; the
+    # document, in lengths alone, stops at 87,380 (its description names the form).
+    assert accepts(document, "payload.envelope.published", envelope) is (decoded <= 65_535)
+
+
+async def test_the_daemon_serves_it_without_a_token(launch: Launch) -> None:
+    node = await launch(config=make_config(notify={"categories": ["social"]}))
+    answer = await node.request("GET", "/v1/openapi.json")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "application/json"
+    document = answer.json()
+    assert document["openapi"].startswith("3.1")
+    schemas = document["components"]["schemas"]
+    assert schemas["payload.hint.requested"]["properties"]["category"]["enum"] == ["social"]
+    assert branches(document, "RegistrationRequest", "provider") == ["fake"]
