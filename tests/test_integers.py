@@ -28,6 +28,17 @@ from tests.topics.helpers import Recipient, add, conversation, hmac_key, registe
 PHONE = device_token("alex", "alex-phone")
 
 
+async def _send(node: Node, method: str, path: str, text: str, token: str) -> Any:
+    """``text`` as the body, exactly (httpx's ``json=`` would write 8487.0 as it likes)."""
+    return await node.request(
+        method,
+        path,
+        content=text.encode(),
+        headers={"content-type": "application/json"},
+        token=token,
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "value"),
     [
@@ -58,36 +69,18 @@ async def _readable_thread(node: Node) -> None:
 async def test_put_read_takes_8487_0_stores_and_answers_8487(launch: Launch) -> None:
     node = await launch()
     await _readable_thread(node)
-    put = await node.request(
-        "PUT",
-        "/v1/threads/t1/read",
-        content=b'{"seq": 8487.0}',
-        headers={"content-type": "application/json"},
-        token=PHONE,
-    )
+    put = await _send(node, "PUT", "/v1/threads/t1/read", '{"seq": 8487.0}', PHONE)
     assert put.status_code == 200
     assert put.text == '{"thread_id":"t1","last_read_seq":8487}'
     assert await node.sql("SELECT last_read_seq FROM bothy.read_states") == [(8487,)]
 
-    half = await node.request(
-        "PUT",
-        "/v1/threads/t1/read",
-        content=b'{"seq": 8488.5}',
-        headers={"content-type": "application/json"},
-        token=PHONE,
-    )
+    half = await _send(node, "PUT", "/v1/threads/t1/read", '{"seq": 8488.5}', PHONE)
     assert half.status_code == 422
     assert half.json()["error"]["message"] == "seq: expected an integer from 0"
 
 
 async def _post_events(node: Node, text: str) -> Any:
-    return await node.request(
-        "POST",
-        "/v1/events",
-        content=text.encode(),
-        headers={"content-type": "application/json"},
-        token=producer_token(),
-    )
+    return await _send(node, "POST", "/v1/events", text, producer_token())
 
 
 async def test_event_payloads_over_http_store_the_integer(launch: Launch) -> None:
@@ -156,13 +149,8 @@ async def test_hmac_epoch_base_of_7_0_is_the_integer_7(launch: Launch) -> None:
     text = json.dumps(body).replace('"hmac_epoch_base": 7', '"hmac_epoch_base": {}')
 
     async def subscriptions(base: str) -> Any:
-        return await node.request(
-            "POST",
-            "/v1/recipients/subscriptions",
-            content=text.replace("{}", base).encode(),
-            headers={"content-type": "application/json"},
-            token=PHONE,
-        )
+        body = text.replace("{}", base)
+        return await _send(node, "POST", "/v1/recipients/subscriptions", body, PHONE)
 
     accepted = await subscriptions("7.0")
     assert accepted.status_code == 200, accepted.text

@@ -12,14 +12,7 @@ from __future__ import annotations
 import yaml
 from starlette.routing import Route
 
-from bothy_notify.api.app import build_app
-from bothy_notify.api.context import ApiContext
-from bothy_notify.auth import TokenVerifier
-from bothy_notify.kernel.clock import FakeClock
-from bothy_notify.kernel.metrics import Metrics
-from bothy_notify.store.db import Database
-from bothy_notify.store.events import EventValidator
-from tests.harness import make_config
+from tests.support.offline import offline_app
 from tests.support.repo import SCHEMA_DIR
 
 OPENAPI = SCHEMA_DIR / "openapi.yaml"
@@ -37,17 +30,7 @@ def documented_operations() -> set[tuple[str, str]]:
 
 
 def served_operations(*, operator_only: bool = False) -> set[tuple[str, str]]:
-    config = make_config()
-    ctx = ApiContext(
-        db=Database("postgresql://unused.invalid/none"),
-        verifier=TokenVerifier(config.auth),
-        config=config,
-        clock=FakeClock(),
-        metrics=Metrics(),
-        validator=EventValidator(),
-        provider_names=frozenset({"fake"}),
-    )
-    app = build_app(ctx, operator_only=operator_only)
+    app = offline_app(operator_only=operator_only)
     served: set[tuple[str, str]] = set()
     for route in app.routes:
         assert isinstance(route, Route)

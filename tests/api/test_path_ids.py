@@ -14,16 +14,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from starlette.requests import Request
+from starlette.responses import Response
 
-from bothy_notify.api.app import PATH_PARAMETERS, build_app
+from bothy_notify.api.app import PATH_PARAMETERS
 from bothy_notify.api.context import ApiContext
-from bothy_notify.auth import TokenVerifier
-from bothy_notify.kernel.clock import FakeClock
-from bothy_notify.kernel.metrics import Metrics
-from bothy_notify.store.db import Database
-from bothy_notify.store.events import EventValidator
-from tests.harness import Launch, Node, device_token, make_config
+from tests.harness import Launch, Node, device_token
 from tests.hostile.rawhttp import exchange, request_bytes
+from tests.support.offline import offline_app
 
 BAD_IDS = {
     "NUL": "%00",
@@ -46,18 +44,8 @@ _PARAMETER = re.compile(r"\{([a-z_]+)(?::[a-z]+)?\}")
 
 def routes_with_path_parameters() -> list[tuple[str, str]]:
     """(path template, method) of every served route that names a path parameter."""
-    config = make_config()
-    ctx = ApiContext(
-        db=Database("postgresql://unused.invalid/none"),
-        verifier=TokenVerifier(config.auth),
-        config=config,
-        clock=FakeClock(),
-        metrics=Metrics(),
-        validator=EventValidator(),
-        provider_names=frozenset({"fake"}),
-    )
     found: list[tuple[str, str]] = []
-    for route in build_app(ctx).routes:
+    for route in offline_app().routes:
         path = getattr(route, "path", "")
         if _PARAMETER.search(path):
             # Starlette serves HEAD for every GET through the same endpoint: GET covers it.
@@ -80,22 +68,11 @@ def test_the_table_covers_the_routes_with_path_parameters() -> None:
 
 
 def test_a_route_naming_a_parameter_without_a_form_is_refused_when_built() -> None:
-    config = make_config()
-    ctx = ApiContext(
-        db=Database("postgresql://unused.invalid/none"),
-        verifier=TokenVerifier(config.auth),
-        config=config,
-        clock=FakeClock(),
-        metrics=Metrics(),
-        validator=EventValidator(),
-        provider_names=frozenset({"fake"}),
-    )
-
-    async def handler(ctx: ApiContext, request: object) -> object:
+    async def handler(ctx: ApiContext, request: Request) -> Response:
         raise AssertionError("never called")
 
     with pytest.raises(ValueError, match="widget_id"):
-        build_app(ctx, extra_routes=[("/v1/widgets/{widget_id}", handler, ["GET"])])  # type: ignore[list-item]
+        offline_app(extra_routes=[("/v1/widgets/{widget_id}", handler, ["GET"])])
 
 
 def _target(path: str, value: str) -> str:
