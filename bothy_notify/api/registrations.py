@@ -94,7 +94,7 @@ async def _validate(ctx: ApiContext, body: Any) -> dict[str, Any]:
         raise invalid(name if re.fullmatch(r"[a-z_]{1,40}", name) else "(body)", "unknown field")
     for name in sorted(_FIELDS & set(body)):
         if body[name] is None:  # a member is a value or absent, never null
-            raise invalid(name, "expected a string")
+            raise invalid(name, "must not be null")
     provider = body.get("provider")
     if provider is None:
         raise invalid("provider", "required")

@@ -622,3 +622,11 @@ async def test_an_unreachable_database_answers_503_unavailable() -> None:
                     headers={"authorization": f"Bearer {token}"},
                 )
                 assert error(response) == (503, "unavailable", "the database is unavailable")
+
+
+@pytest.mark.parametrize("field", ["environment", "token", "url", "signing_key"])
+async def test_a_member_given_as_null_is_malformed(launch: Launch, field: str) -> None:
+    node = await launch()
+    answer = await register(node, Recipient(), channel="fake", **{field: None})
+    assert error(answer) == (400, "invalid_argument", "request is malformed")
+    assert await snapshot(node) == [[], []]
