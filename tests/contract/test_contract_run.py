@@ -64,6 +64,7 @@ def test_the_served_document_equals_the_server(database_url: str, tmp_path: Path
         )
         with httpx.Client(base_url=daemon.api_url, timeout=10) as api:
             examples = make_examples(api, caller)
+        cpu = (time.process_time(), _process_cpu(daemon.pid))
         document, report = run_contract(
             daemon.api_url,
             bearer={"deviceToken": caller.device_token, "producerToken": caller.producer_token},
@@ -71,7 +72,9 @@ def test_the_served_document_equals_the_server(database_url: str, tmp_path: Path
             max_examples=int(os.environ.get("CONTRACT_EXAMPLES", EXAMPLES)),
             seed=_seed(),
         )
-        print("\n" + report.summary())
+        harness_cpu = time.process_time() - cpu[0]
+        daemon_cpu = _process_cpu(daemon.pid) - cpu[1]
+        print(f"\n{report.summary()}\nCPU: harness {harness_cpu:.1f} s, daemon {daemon_cpu:.1f} s")
         assert report.failures == [], report.summary()
         operations = documented_operations(document)
         assert report.without_2xx(operations) == [], (
@@ -83,6 +86,12 @@ def test_the_served_document_equals_the_server(database_url: str, tmp_path: Path
     finally:
         trio.run(daemon.stop)
     assert "Traceback" not in daemon.log_text()
+
+
+def _process_cpu(pid: int) -> float:
+    """Seconds of CPU (user and system) process ``pid`` used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _assert_settled(database_url: str) -> None:
