@@ -627,6 +627,7 @@ async def test_an_unreachable_database_answers_503_unavailable() -> None:
 @pytest.mark.parametrize("field", ["environment", "token", "url", "signing_key"])
 async def test_a_member_given_as_null_is_malformed(launch: Launch, field: str) -> None:
     node = await launch()
-    answer = await register(node, Recipient(), channel="fake", **{field: None})
+    body: dict[str, Any] = {**Recipient().identity(), "channel": "fake", "token": "t", field: None}
+    answer = await call(node, "register", body)
     assert error(answer) == (400, "invalid_argument", "request is malformed")
     assert await snapshot(node) == [[], []]
