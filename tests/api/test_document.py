@@ -216,3 +216,16 @@ async def test_the_daemon_serves_it_without_a_token(launch: Launch) -> None:
     schemas = document["components"]["schemas"]
     assert schemas["payload.hint.requested"]["properties"]["category"]["enum"] == ["social"]
     assert branches(document, "RegistrationRequest", "provider") == ["fake"]
+
+
+def test_the_links_make_resources_before_they_are_changed_or_deleted() -> None:
+    # The stateful phase follows these: every link resolves to its target operation.
+    schema = schemathesis.openapi.from_dict(served_document(enums()))
+    assert schema.operations_with_incoming_links() == {
+        "DELETE /v1/registrations/{registration_id}",
+        "POST /v1/recipients/subscriptions",
+        "POST /v1/recipients/unregister",
+    }
+    machine = schema.as_state_machine()
+    linked = {name for name in dir(machine) if "___" in name and not name.startswith("RANDOM")}
+    assert len(linked) == 7, sorted(linked)
