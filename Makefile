@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= config/dev.toml
 
-.PHONY: run test lint typecheck unit contract install-check bench migrate demo clean
+.PHONY: run test lint typecheck unit contract install-check client-test browser bench migrate demo schemas clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,9 +18,9 @@ run: $(STAMP)
 	$(VENV)/bin/bothy-notify migrate --config $(CONFIG)
 	$(VENV)/bin/bothy-notify run --config $(CONFIG)
 
-## test: ruff, the layering contracts, mypy --strict, the install check, the whole suite
-## (pytest last, so its summary closes the output)
-test: $(STAMP) lint typecheck install-check unit
+## test: ruff, the layering contracts, mypy --strict, the install check, the TypeScript
+## client's tests, the whole suite (pytest last, so its summary closes the output)
+test: $(STAMP) lint typecheck install-check client-test unit
 
 ## lint: ruff, and the import-linter contracts of .importlinter (docs/architecture.md's layers)
 lint: $(STAMP)
@@ -49,6 +49,37 @@ contract: $(STAMP)
 install-check: $(STAMP)
 	$(PY) tests/install/smoke.py
 
+## client-test: the TypeScript client (clients/typescript): npm ci from its lockfile, tsc, and
+## node's test runner: unit tests on a fake clock and a fake gateway, then one daemon
+## (`bothy-notify run` on the embedded PostgreSQL) for the client and one headless Chromium for
+## a page using the client and the status page. Skipped, saying why, only without npm.
+CLIENT := clients/typescript
+CLIENT_STAMP := $(CLIENT)/node_modules/.installed
+client-test: $(STAMP) browser
+	@if ! command -v npm >/dev/null 2>&1; then \
+		echo "client-test: SKIPPED: npm is not installed (Node 18 or later is needed)"; exit 0; fi; \
+	$(MAKE) --no-print-directory $(CLIENT_STAMP) && cd $(CLIENT) && npm test
+
+# npm ci again only when the lockfile changed (a fresh clone always installs).
+$(CLIENT_STAMP): $(CLIENT)/package-lock.json
+	cd $(CLIENT) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	@touch $@
+
+## browser: Debian's chromium for the browser tests, installed with apt-get where it is missing
+## (as root); where it cannot be installed the browser tests are skipped and say so
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "browser: installing Debian's chromium"; \
+			(apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium) >/dev/null \
+				|| echo "browser: apt-get could not install chromium: the browser tests are skipped"; \
+		else echo "browser: chromium is missing and cannot be installed here (not root or no apt-get)"; fi; }
+
+## schemas: write schemas/config.schema.json from the configuration's definitions
+## (bothy_notify/config.py; a test fails while the file differs)
+schemas: $(STAMP)
+	$(PY) -m bothy_notify.config_schema schemas/config.schema.json
+
 migrate: $(STAMP)
 	$(VENV)/bin/bothy-notify migrate --config $(CONFIG)
 
@@ -61,3 +92,4 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(CLIENT)/node_modules $(CLIENT)/dist $(CLIENT)/build

@@ -6,10 +6,11 @@
   2,000 requests/s on one core.
 - ``nginx``: nginx from Debian's packages with HTTP/2 and TLS, answering every
   ``POST /3/device/<hex token>`` with an APNs-shaped 200 that echoes the
-  request's ``apns-id`` (or a made-up one), anything else with APNs' 404/405
-  JSON. It checks nothing else: a throughput fake, so the client is measured
-  and not the server. Installed with ``apt-get install nginx-light`` when
-  ``nginx`` is missing (the benchmarks run as root here).
+  request's ``apns-id`` (or a made-up one), every ``POST /wp/<id>`` with a Web
+  Push service's 201, anything else with APNs' 404/405 JSON. It checks nothing
+  else: a throughput fake, so the client is measured and not the server.
+  Installed with ``apt-get install nginx-light`` when ``nginx`` is missing (the
+  benchmarks run as root here).
 
 Both can stall (the ``python`` fake holds requests; ``nginx`` is stopped with
 SIGSTOP and resumed with SIGCONT) and both report their process id so the
@@ -155,6 +156,13 @@ http {{
             }}
             add_header apns-id $apns_id always;
             return 200;
+        }}
+        # A Web Push service (RFC 8030) for bench/push.py --provider webpush: 201 Created.
+        location ~ "^/wp/[A-Za-z0-9_-]+$" {{
+            if ($request_method != POST) {{
+                return 405;
+            }}
+            return 201;
         }}
         location / {{
             add_header apns-id $apns_id always;

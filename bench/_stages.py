@@ -25,6 +25,7 @@ Stages, in path order (a stage a path does not pass is left out):
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -126,18 +127,21 @@ def install(trace: Trace) -> None:
     from bothy_notify.notify.jobs import gateway_send
     from bothy_notify.store import events as eventlog
     from bothy_notify.store import jobs as queue
+    from bothy_notify.store import listen as listen_module
     from gateway import publisher, transport
 
     def wait_notify(fn: Any) -> Any:
-        def wrapped(conn: Any, timeout: float) -> bool:
-            woke: bool = fn(conn, timeout)
-            if woke:
+        def wrapped(*args: Any) -> Any:
+            got = fn(*args)
+            # The store's listener serves the runner and the gateway too: the round's
+            # waits are those of its own thread.
+            if got and threading.current_thread().name == "listener round":
                 trace._wake = time.monotonic()
-            return woke
+            return got
 
         return wrapped
 
-    _wrap(round_module, "_wait_notify", wait_notify)
+    _wrap(listen_module, "_wait_for_notifications", wait_notify)
 
     def lock_and_read(fn: Any) -> Any:
         def wrapped(conn: Any, limit: int) -> Any:

@@ -32,9 +32,18 @@ all its node processes and of PostgreSQL read from ``/proc``. The
 stall phase is skipped. The last line then reports the N-process figures, the
 single-process ones (``single_*``) and their ratio (``scaling``).
 
+With ``--provider webpush`` (nginx fake only) one daemon has both ``[push.apns]``
+and ``[push.webpush]`` (subscriptions at ``https://localhost:<port>/wp/<id>``,
+resolved before every attempt and pinned, each push encrypted for its own
+subscription key and VAPID-signed), and ``--rounds`` alternations of an APNs
+batch and a Web Push batch of ``--jobs`` each are measured in turn: pushes/s and
+CPU per push (daemon + PostgreSQL) of each, their ratio, and the cost of the
+RFC 8291 encryption alone (an ephemeral key pair, the ECDH, HKDF and AES-GCM of
+one payload) measured in this process. The stall phase is skipped.
+
 Usage: .venv/bin/python bench/push.py [--fake nginx|python] [--jobs N] [--bare N]
        [--registrations R] [--concurrency C] [--max-in-flight M] [--stall-seconds S]
-       [--profile FILE] [--processes N [--rounds R]]
+       [--profile FILE] [--processes N [--rounds R]] [--provider apns|webpush [--rounds R]]
 """
 
 from __future__ import annotations
@@ -76,6 +85,11 @@ from bothy_notify.config import structure_config  # noqa: E402
 from bothy_notify.kernel.clock import to_unix_micros  # noqa: E402
 from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs  # noqa: E402
 from bothy_notify.push.apns import ApnsProvider  # noqa: E402
+from bothy_notify.push.webpush import (  # noqa: E402
+    encrypt,
+    generate_vapid_key,
+    pack_keys,
+)
 from bothy_notify.wiring import Daemon  # noqa: E402
 
 
@@ -90,20 +104,25 @@ def rss_mb() -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def seed_people(cur: psycopg.Cursor[Any], people: list[str]) -> None:
+    """Active humans, members of the space of thread t1."""
+    cur.executemany(
+        "INSERT INTO bothy.users (user_id, kind, active) VALUES (%s, 'human', true)",
+        [(u,) for u in people],
+    )
+    cur.executemany(
+        "INSERT INTO bothy.members (scope_id, user_id) VALUES ('space', %s)",
+        [(u,) for u in people],
+    )
+
+
 def seed(url: str, registrations: int) -> list[tuple[str, str]]:
     """People, a thread they can read, and one APNs registration each."""
     now = datetime.now(UTC)
     people = [f"user{i}" for i in range(registrations)]
     regs = [(f"reg-{u}", u) for u in people]
     with psycopg.connect(url) as conn, conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO bothy.users (user_id, kind, active) VALUES (%s, 'human', true)",
-            [(u,) for u in people],
-        )
-        cur.executemany(
-            "INSERT INTO bothy.members (scope_id, user_id) VALUES ('space', %s)",
-            [(u,) for u in people],
-        )
+        seed_people(cur, people)
         cur.execute("INSERT INTO bothy.threads (thread_id, space_id) VALUES ('t1', 'space')")
         cur.executemany(
             "INSERT INTO bothy.devices (device_id, user_id, platform, state)"
@@ -167,6 +186,28 @@ async def wait_finished(daemon: Daemon, target: int) -> None:
         await trio.sleep(0.01)
 
 
+def worker_config(args: argparse.Namespace, fake: FakeApnsServer) -> dict[str, Any]:
+    """The pipeline's daemon: role worker, the runner's sizes, APNs at the fake."""
+    return {
+        "server": {"role": "worker", "api_listen": "127.0.0.1:0", "drain_period": "1s"},
+        "database": {"pool_size": args.pool},
+        "notify": {"poll_interval": "1s"},
+        "jobs": {"concurrency": args.runner_concurrency, "claim_batch": args.claim_batch},
+        "push": {
+            "max_in_flight": args.max_in_flight,
+            "apns": {
+                "key": "env:BENCH_APNS_KEY",
+                "key_id": KEY_ID,
+                "team_id": TEAM_ID,
+                "bundle_id": TOPIC,
+                "endpoint": fake.url,
+                "ca_file": fake.ca_file,
+            },
+        },
+        "log": {"level": "error"},
+    }
+
+
 async def pipeline(
     args: argparse.Namespace,
     url: str,
@@ -174,27 +215,7 @@ async def pipeline(
     pem: str,
     regs: list[tuple[str, str]],
 ) -> dict[str, Any]:
-    config = structure_config(
-        {
-            "server": {"role": "worker", "api_listen": "127.0.0.1:0", "drain_period": "1s"},
-            "database": {"pool_size": args.pool},
-            "notify": {"poll_interval": "1s"},
-            "jobs": {"concurrency": args.runner_concurrency, "claim_batch": args.claim_batch},
-            "push": {
-                "max_in_flight": args.max_in_flight,
-                "apns": {
-                    "key": "env:BENCH_APNS_KEY",
-                    "key_id": KEY_ID,
-                    "team_id": TEAM_ID,
-                    "bundle_id": TOPIC,
-                    "endpoint": fake.url,
-                    "ca_file": fake.ca_file,
-                },
-            },
-            "log": {"level": "error"},
-        },
-        env={"BENCH_APNS_KEY": pem},
-    )
+    config = structure_config(worker_config(args, fake), env={"BENCH_APNS_KEY": pem})
     daemon = Daemon(config, database_url=url)
     postmaster = postgres_pid(url)
     out: dict[str, Any] = {}
@@ -247,7 +268,7 @@ async def pipeline(
         out["pushes_per_s"] = args.jobs / elapsed
         out["pipeline_seconds"] = elapsed
         out["delivered_total"] = daemon.metrics.registry.get_sample_value(
-            "bothy_push_sends_total", {"provider": "apns", "outcome": "delivered"}
+            "bothy_push_sends_total", {"provider": "apns", "outcome": "delivered", "app": "default"}
         )
 
         # Stall: the fake holds every request; memory must stay bounded.
@@ -271,6 +292,183 @@ async def pipeline(
         out["stall_in_flight_max"] = max(in_flight)
         daemon.request_shutdown()
     return out
+
+
+def seed_webpush(url: str, registrations: int, endpoint: str) -> list[tuple[str, str]]:
+    """People and one Web Push subscription each (its own P-256 key and auth secret)."""
+    now = datetime.now(UTC)
+    people = [f"web{i}" for i in range(registrations)]
+    regs = [(f"wreg-{u}", u) for u in people]
+    with psycopg.connect(url) as conn, conn.cursor() as cur:
+        seed_people(cur, people)
+        cur.executemany(
+            "INSERT INTO bothy.devices (device_id, user_id, platform, state)"
+            " VALUES (%s, %s, 'web', 'active')",
+            [(f"browser-{u}", u) for u in people],
+        )
+        rows = []
+        for i, (r, u) in enumerate(regs):
+            point = (
+                ec.generate_private_key(ec.SECP256R1())
+                .public_key()
+                .public_bytes(
+                    serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
+                )
+            )
+            keys = pack_keys(point, os.urandom(16))
+            rows.append((r, u, f"browser-{u}", f"{endpoint}/wp/sub{i}", keys, now, now))
+        cur.executemany(
+            "INSERT INTO bothy.push_registrations (id, user_id, device_id, provider, token,"
+            " signing_key, created_at, renewed_at)"
+            " VALUES (%s, %s, %s, 'webpush', %s, %s, %s, %s)",
+            rows,
+        )
+    return regs
+
+
+def encryption_cost(samples: int = 2_000) -> dict[str, float]:
+    """CPU microseconds of RFC 8291's work per push in this process: the whole
+    ``encrypt`` (ephemeral key pair, ECDH, HKDF, AES-128-GCM), and its two
+    elliptic-curve steps alone."""
+    point = (
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    )
+    peer = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), point)
+    auth = os.urandom(16)
+    body = b'{"nid":"0190c0de-0000-7000-8000-000000000001","kind":"message","count":1}'
+    start = time.process_time()
+    for _ in range(samples):
+        encrypt(body, point, auth)
+    whole = (time.process_time() - start) / samples * 1e6
+    start = time.process_time()
+    for _ in range(samples):
+        ec.generate_private_key(ec.SECP256R1()).exchange(ec.ECDH(), peer)
+    ecdh = (time.process_time() - start) / samples * 1e6
+    return {"encrypt_us": whole, "keypair_and_ecdh_us": ecdh}
+
+
+async def pipeline_pair(
+    args: argparse.Namespace,
+    url: str,
+    fake: FakeApnsServer,
+    pem: str,
+    regs: dict[str, list[tuple[str, str]]],
+) -> list[dict[str, Any]]:
+    """``--provider webpush``: one daemon with APNs and Web Push, an APNs batch and a Web
+    Push batch in turn, ``--rounds`` times (see the module docstring)."""
+    vapid, _public = generate_vapid_key()
+    raw = worker_config(args, fake)
+    raw["push"]["webpush"] = {
+        "vapid_private_key": "env:BENCH_VAPID_KEY",
+        "subject": "mailto:bench@example.com",
+        "allowed_endpoints": ["localhost"],
+        "allow_private_addresses": True,
+        "ca_file": fake.ca_file,
+    }
+    config = structure_config(raw, env={"BENCH_APNS_KEY": pem, "BENCH_VAPID_KEY": vapid})
+    daemon = Daemon(config, database_url=url)
+    postmaster = postgres_pid(url)
+    runs: list[dict[str, Any]] = []
+    start = 0
+    async with trio.open_nursery() as nursery:
+        await nursery.start(daemon.run)
+        for provider in ("apns", "webpush"):  # warm up both: connections, pool, code paths
+            await trio.to_thread.run_sync(insert_jobs, url, regs[provider], args.warmup, start)
+            start += args.warmup
+            with trio.fail_after(60):
+                await wait_finished(daemon, start)
+        for _ in range(args.rounds):
+            for provider in ("apns", "webpush"):
+                profiler = (
+                    Profiler(args.profile) if args.profile and provider == "webpush" else None
+                )
+                committed = await trio.to_thread.run_sync(
+                    insert_jobs, url, regs[provider], args.jobs, start
+                )
+                meter = Meter(fake.pid, postmaster)
+                start += args.jobs
+                with trio.fail_after(120):
+                    await wait_finished(daemon, start)
+                elapsed = time.perf_counter() - committed
+                cpu = meter.stop(args.jobs)
+                if profiler is not None:
+                    profiler.stop(40)
+                delivered = daemon.metrics.registry.get_sample_value(
+                    "bothy_push_sends_total",
+                    {"provider": provider, "outcome": "delivered", "app": "default"},
+                )
+                figures = {
+                    "provider": provider,
+                    "pushes_per_s": args.jobs / elapsed,
+                    "daemon_cpu_us": cpu["own_cpu_us"],
+                    "postgres_cpu_us": cpu.get("postgres_cpu_us"),
+                    "fake_cpu_us": cpu["fake_cpu_us"],
+                    "machine_busy_pct": cpu["machine_busy_pct"],
+                    "delivered_total": delivered,
+                }
+                pg = figures["postgres_cpu_us"] or 0.0
+                print(
+                    f"{provider:8s} {figures['pushes_per_s']:8,.0f} pushes/s,"
+                    f" {figures['daemon_cpu_us'] + pg:5.0f} us CPU per push ="
+                    f" {figures['daemon_cpu_us']:.0f} daemon + {pg:.0f} PostgreSQL;"
+                    f" fake {figures['fake_cpu_us']:.0f} us; machine"
+                    f" {figures['machine_busy_pct']:.0f}% busy; {delivered:.0f} delivered so far",
+                    flush=True,
+                )
+                runs.append(figures)
+        daemon.request_shutdown()
+    return runs
+
+
+def report_pair(args: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
+    """The summary and last line of a ``--provider webpush`` run."""
+
+    def means(provider: str) -> tuple[float, float, float, float]:
+        group = [r for r in runs if r["provider"] == provider]
+        pushes = sum(r["pushes_per_s"] for r in group) / len(group)
+        daemon = sum(r["daemon_cpu_us"] for r in group) / len(group)
+        pg = sum((r["postgres_cpu_us"] or 0.0) for r in group) / len(group)
+        return pushes, daemon + pg, daemon, pg
+
+    a_pushes, a_cpu, a_daemon, a_pg = means("apns")
+    w_pushes, w_cpu, w_daemon, w_pg = means("webpush")
+    crypto = encryption_cost()
+    ratio = w_cpu / a_cpu if a_cpu else 0.0
+    print(
+        f"mean of {args.rounds} alternating rounds of {args.jobs} pushes each:"
+        f" APNs {a_pushes:,.0f} pushes/s at {a_cpu:.0f} us CPU per push"
+        f" ({a_daemon:.0f} daemon + {a_pg:.0f} PostgreSQL);"
+        f" Web Push {w_pushes:,.0f} pushes/s at {w_cpu:.0f} us CPU per push"
+        f" ({w_daemon:.0f} daemon + {w_pg:.0f} PostgreSQL)"
+    )
+    print(
+        f"Web Push / APNs CPU per push: {ratio:.2f}x (target <= 2x); pushes/s"
+        f" {w_pushes / a_pushes if a_pushes else 0:.2f}x"
+    )
+    print(
+        f"RFC 8291 encryption per push (this process): {crypto['encrypt_us']:.0f} us,"
+        f" of which the ephemeral key pair and ECDH {crypto['keypair_and_ecdh_us']:.0f} us"
+    )
+    _, peak = rss_mb()
+    print(f"machine: {machine()}")
+    report(
+        "push",
+        provider="webpush",
+        pushes_per_s=round(w_pushes, 1),
+        cpu_us_per_push=round(w_cpu, 1),
+        daemon_cpu_us_per_push=round(w_daemon, 1),
+        postgres_cpu_us_per_push=round(w_pg, 1),
+        apns_pushes_per_s=round(a_pushes, 1),
+        apns_cpu_us_per_push=round(a_cpu, 1),
+        cpu_ratio_to_apns=round(ratio, 3),
+        encrypt_us=round(crypto["encrypt_us"], 1),
+        keypair_and_ecdh_us=round(crypto["keypair_and_ecdh_us"], 1),
+        rounds=args.rounds,
+        peak_rss_mb=round(peak, 1),
+        fake=args.fake,
+    )
 
 
 def unfinished(url: str) -> int:
@@ -312,24 +510,8 @@ def node_config_file(args: argparse.Namespace, url: str, fake: FakeApnsServer, t
     """The pipeline's daemon as a configuration file for ``bothy-notify run``."""
     import tomlkit
 
-    config = {
-        "server": {"role": "worker", "api_listen": "127.0.0.1:0", "drain_period": "1s"},
-        "database": {"url": url, "pool_size": args.pool},
-        "notify": {"poll_interval": "1s"},
-        "jobs": {"concurrency": args.runner_concurrency, "claim_batch": args.claim_batch},
-        "push": {
-            "max_in_flight": args.max_in_flight,
-            "apns": {
-                "key": "env:BENCH_APNS_KEY",
-                "key_id": KEY_ID,
-                "team_id": TEAM_ID,
-                "bundle_id": TOPIC,
-                "endpoint": fake.url,
-                "ca_file": fake.ca_file,
-            },
-        },
-        "log": {"level": "error"},
-    }
+    config = worker_config(args, fake)
+    config["database"]["url"] = url
     path = tmp / "node.toml"
     path.write_text(tomlkit.dumps(config), encoding="utf-8")
     return path
@@ -460,6 +642,14 @@ async def main_async(args: argparse.Namespace) -> None:
         try:
             with bench_database() as url:
                 regs = await trio.to_thread.run_sync(seed, url, args.registrations)
+                if args.provider == "webpush":
+                    endpoint = fake.url.replace("127.0.0.1", "localhost")
+                    web = await trio.to_thread.run_sync(
+                        seed_webpush, url, args.registrations, endpoint
+                    )
+                    pair = await pipeline_pair(args, url, fake, pem, {"apns": regs, "webpush": web})
+                    report_pair(args, pair)
+                    return
                 bare_figures = await run_client("pycurl", fake, pem, args.bare, args.concurrency)
                 bare = bare_figures["requests_per_s"]
                 print(
@@ -597,8 +787,18 @@ def main() -> None:
         metavar="N",
         help="run the pipeline as `bothy-notify run --processes 1` and `--processes N`, in turn",
     )
-    parser.add_argument("--rounds", type=int, default=2, help="alternations with --processes")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="alternations with --processes or --provider"
+    )
+    parser.add_argument(
+        "--provider",
+        choices=("apns", "webpush"),
+        default="apns",
+        help="webpush: Web Push and APNs batches in turn in one daemon (nginx fake)",
+    )
     args = parser.parse_args()
+    if args.provider == "webpush" and (args.fake != "nginx" or args.processes is not None):
+        parser.error("--provider webpush runs against the nginx fake, in one process")
     if args.processes is not None and args.processes < 2:
         parser.error("--processes: at least 2 (1 is the comparison every round makes)")
     if args.processes is not None and args.profile:

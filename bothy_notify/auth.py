@@ -5,7 +5,8 @@ Tokens are verified with PyJWT against the configured keys: signature,
 with ``auth.leeway`` of clock skew. A device token names its person (``sub``),
 device (``did``), platform (``plat``) and principal kind (``kind``); a token
 acts only for its own ``sub``. A producer token carries ``scope`` containing
-``events:write``.
+``events:write``; an operator token (the status page) ``admin:read`` or
+``admin:write``.
 
 Whatever a token holds, verifying it either succeeds or raises
 :class:`AuthError`: the compact form is checked before any decoding (three
@@ -39,6 +40,11 @@ from bothy_notify.kernel.ids import is_valid_id
 PLATFORMS = ("ios", "android", "macos", "windows", "linux", "web")
 PRINCIPAL_KINDS = ("user", "agent", "app")
 EVENTS_WRITE = "events:write"
+ADMIN_READ = "admin:read"
+"""Operator scope: ``GET /v1/admin/status`` (the status page)."""
+ADMIN_WRITE = "admin:write"
+"""Operator scope: the status page's actions (retry or discard dead letters); implies
+``admin:read``."""
 HS256_MIN_BYTES = 32
 """RFC 7518 section 3.2: an HMAC key at least as long as the hash output."""
 MAX_TOKEN_CHARS = 16_384
@@ -212,11 +218,19 @@ class TokenVerifier:
         expires_at = datetime.fromtimestamp(min(claims["exp"], LATEST_EXPIRY), UTC)
         return DeviceClaims(sub, did, plat, str(kind), expires_at)
 
+    def operator(self, token: object, scope: str) -> ProducerClaims:
+        """Verify an operator token; raises :class:`ScopeError` without ``scope``
+        (``admin:read`` or ``admin:write``; ``admin:write`` includes ``admin:read``)."""
+        claims = self.decode(token)
+        scopes = _scopes(claims)
+        if scope not in scopes and not (scope == ADMIN_READ and ADMIN_WRITE in scopes):
+            raise ScopeError(f"token lacks scope {scope}")
+        return ProducerClaims(str(claims.get("sub", "")), scopes)
+
     def producer(self, token: object) -> ProducerClaims:
         """Verify a producer token; raises :class:`ScopeError` without ``events:write``."""
         claims = self.decode(token)
-        scope = claims.get("scope", "")
-        scopes = frozenset(scope.split()) if isinstance(scope, str) else frozenset()
+        scopes = _scopes(claims)
         if EVENTS_WRITE not in scopes:
             raise ScopeError("token lacks scope events:write")
         return ProducerClaims(str(claims.get("sub", "")), scopes)
@@ -234,6 +248,12 @@ def accepted_until(expires_at: datetime, leeway: timedelta) -> datetime:
     if expires_at >= LATEST_INSTANT - leeway:
         return LATEST_INSTANT
     return expires_at + leeway
+
+
+def _scopes(claims: Mapping[str, Any]) -> frozenset[str]:
+    """The space-separated ``scope`` claim as a set (empty when absent or not a string)."""
+    scope = claims.get("scope", "")
+    return frozenset(scope.split()) if isinstance(scope, str) else frozenset()
 
 
 def _is_number(value: object) -> bool:

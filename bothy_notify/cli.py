@@ -1,27 +1,36 @@
 """The ``bothy-notify`` command line.
 
-Commands: ``run``, ``migrate``, ``check-config``, ``dev-token``, ``secret set``,
-``push test``, ``events dead-letters``, ``events retry``, ``demo``. Every command
-takes ``--config FILE`` (default: the ``BOTHY_NOTIFY_CONFIG`` environment
-variable, else built-in defaults).
+Commands: ``run``, ``migrate``, ``check-config [--print]``, ``dev-token``,
+``secret set``, ``vapid generate``, ``push test``, ``events dead-letters``,
+``events retry``, ``demo``; ``--version``. Every command takes ``--config FILE``
+(default: the ``BOTHY_NOTIFY_CONFIG`` environment variable, else built-in
+defaults), and ``BOTHY_NOTIFY__<SECTION>__<KEY>`` variables override the file
+(:mod:`bothy_notify.config`).
 Exit codes: 0 success, 1 the command failed, 2 bad usage or configuration.
+
+``run`` under systemd (``Type=notify``) tells the service manager when it
+serves, drains and reloads (:mod:`bothy_notify.kernel.sdnotify`); SIGHUP
+reloads what :meth:`bothy_notify.wiring.Daemon.reload` names.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from functools import partial
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import trio
 
-from bothy_notify.config import Config, ConfigError, Role, ServerConfig, load_config
+from bothy_notify import __version__
+from bothy_notify.config import Config, ConfigError, Role, ServerConfig, load, load_config
+from bothy_notify.kernel.sdnotify import Notifier
 from bothy_notify.logs import setup_logging
 
 if TYPE_CHECKING:
@@ -30,11 +39,14 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
+log = logging.getLogger("bothy.cli")
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bothy-notify", description="Bothy Notify: a self-hosted notification daemon."
     )
+    parser.add_argument("--version", action="version", version=f"bothy-notify {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="FILE", help="the TOML configuration file")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -48,18 +60,35 @@ def _parser() -> argparse.ArgumentParser:
         help="override server.processes: run N node processes sharing the ports",
     )
     sub.add_parser("migrate", parents=[common], help="apply database migrations")
-    sub.add_parser("check-config", parents=[common], help="load and check the configuration")
+    check = sub.add_parser(
+        "check-config", parents=[common], help="load and check the configuration"
+    )
+    check.add_argument(
+        "--print",
+        action="store_true",
+        dest="print_config",
+        help="print the effective configuration (secrets redacted) with each value's source",
+    )
 
     dev = sub.add_parser(
-        "dev-token", parents=[common], help="mint a device JWT for trying things (dev only)"
+        "dev-token",
+        parents=[common],
+        help="mint a device, producer or operator JWT for trying things (dev only)",
     )
     dev.add_argument("--user", required=True)
-    dev.add_argument("--device", required=True)
+    dev.add_argument("--device", help="the device (a device token; not needed with --scope)")
     dev.add_argument(
-        "--platform", required=True, choices=["ios", "android", "macos", "windows", "linux", "web"]
+        "--platform",
+        choices=["ios", "android", "macos", "windows", "linux", "web"],
+        help="the platform (a device token; not needed with --scope)",
     )
     dev.add_argument("--kind", default="user", choices=["user", "agent", "app"])
-    dev.add_argument("--scope", default="", help="add a scope claim (e.g. events:write)")
+    dev.add_argument(
+        "--scope",
+        default="",
+        help='add a scope claim: "events:write" (a producer), "admin:read admin:write" (the'
+        " status page)",
+    )
     dev.add_argument("--hours", type=float, default=12.0, help="lifetime in hours")
 
     secret = sub.add_parser("secret", help="manage the secret store")
@@ -68,6 +97,17 @@ def _parser() -> argparse.ArgumentParser:
         "set", parents=[common], help="store a secret read from standard input"
     )
     secret_set.add_argument("name", help="the secret's name (used as secret:NAME)")
+
+    vapid = sub.add_parser("vapid", help="Web Push VAPID keys")
+    vapid_sub = vapid.add_subparsers(dest="vapid_command", required=True, metavar="ACTION")
+    vapid_generate = vapid_sub.add_parser(
+        "generate",
+        parents=[common],
+        help="make a VAPID key pair: the private key into the secret store, the public one printed",
+    )
+    vapid_generate.add_argument(
+        "--name", default="vapid", help="the secret's name (default vapid: secret:vapid)"
+    )
 
     push = sub.add_parser("push", help="push provider tools")
     push_sub = push.add_subparsers(dest="push_command", required=True, metavar="ACTION")
@@ -108,10 +148,11 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     args = _parser().parse_args(argv)
     path = _config_path(args)
     try:
-        config = load_config(path)
+        loaded = load(path)
     except ConfigError as exc:
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    config = loaded.config
     child: ParentChannel | None = None
     if args.command == "run":
         problem = _check_processes(args.processes)
@@ -127,25 +168,40 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             return EXIT_FAILED
     if args.command == "check-config":
         from bothy_notify.notify.kinds_dir import load_catalogue
-        from bothy_notify.push.factory import check_providers
+        from bothy_notify.push import providers
 
         try:
-            skipped = check_providers(config.push)
+            skipped = providers.check(config.push)
             load_catalogue(config.notify)
         except ConfigError as exc:
             print(f"bothy-notify: {exc}", file=sys.stderr)
             return EXIT_USAGE
         processes = config.server.processes
+        # With --print everything written is TOML: the report lines are comments.
+        note = "# " if args.print_config else ""
         print(
-            f"configuration OK ({path or 'built-in defaults'}); role {config.server.role}"
+            f"{note}configuration OK ({path or 'built-in defaults'}); role {config.server.role}"
             + (f", {processes} processes" if processes > 1 else ""),
             file=out,
         )
-        if skipped:
+        for name in providers.configured(config.push):
+            apps = [app for app, _key, _settings in providers.entry(name).apps(config.push)]
+            named = ", ".join(a for a in apps if a is not None)
             print(
-                "not checked here (read from the secret store at run): " + ", ".join(skipped),
+                f"{note}provider {name}: " + (f"apps {named}" if named else "one app"),
                 file=out,
             )
+        if skipped:
+            print(
+                f"{note}not checked here (read from the secret store at run): "
+                + ", ".join(skipped),
+                file=out,
+            )
+        if args.print_config:
+            from bothy_notify.config_schema import render_effective
+
+            print(f"{note}sources: file, environment BOTHY_NOTIFY__..., default\n", file=out)
+            out.write(render_effective(loaded))
         return EXIT_OK
     setup_logging(config.log, process=child.spec.ordinal if child is not None else None)
     from bothy_notify import commands
@@ -153,14 +209,25 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
 
     try:
         if args.command == "run":
+
+            def reloaded() -> Config:
+                """The configuration loaded again, as this process runs it."""
+                again = load_config(path)
+                if child is not None:
+                    return child.spec.apply(again)
+                if args.role is not None:
+                    return replace(again, server=replace(again.server, role=Role(args.role)))
+                return again
+
             if child is not None:
-                return _run(child.spec.apply(config), child=child)
+                return _run(child.spec.apply(config), child=child, reloaded=reloaded)
+            notifier = Notifier.from_environment()  # only the main process speaks to systemd
             if args.role is not None:
                 config = replace(config, server=replace(config.server, role=Role(args.role)))
             count = args.processes or config.server.processes
             if count > 1:
-                return _run_processes(config, count, path)
-            return _run(config)
+                return _run_processes(config, count, path, notifier)
+            return _run(config, notifier=notifier, reloaded=reloaded)
         if args.command == "migrate":
             return commands.migrate_command(config, out)
         if args.command == "dev-token":
@@ -169,6 +236,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             return commands.secret_set_command(config, args.name, sys.stdin, out)
         if args.command == "push":
             return commands.push_test_command(config, args.user, out)
+        if args.command == "vapid":
+            return commands.vapid_generate_command(config, args.name, out)
         if args.command == "events" and args.events_command == "dead-letters":
             return commands.dead_letters_command(config, out)
         if args.command == "events":
@@ -197,42 +266,73 @@ def _check_processes(value: int | None) -> str | None:
     return None
 
 
-def _run_processes(config: Config, count: int, path: str | None) -> int:
+def _run_processes(config: Config, count: int, path: str | None, notifier: Notifier) -> int:
     """``run`` as the parent of ``count`` node processes (:mod:`bothy_notify.processes`)."""
     from bothy_notify.processes.parent import ListenError, run_node_processes
 
     try:
-        return run_node_processes(config, count=count, config_path=path)
+        return run_node_processes(config, count=count, config_path=path, notifier=notifier)
     except ListenError as exc:
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except BaseExceptionGroup as group:
         _raise_startup_error(group)
+    finally:
+        notifier.close()
 
 
-def _run(config: Config, *, child: ParentChannel | None = None) -> int:
+def _run(
+    config: Config,
+    *,
+    child: ParentChannel | None = None,
+    notifier: Notifier | None = None,
+    reloaded: Callable[[], Config] | None = None,
+) -> int:
     """``run`` as one node: this process (``child``: one of the node processes of
-    ``server.processes``, told what to do over its control channel)."""
+    ``server.processes``, told what to do over its control channel). ``notifier``
+    speaks to systemd; ``reloaded`` loads the configuration again (SIGHUP)."""
     from bothy_notify.wiring import Daemon, NodeAddresses
 
+    notifier = notifier or Notifier(None)
     daemon = Daemon(
         config,
         gateway_factory=_gateway_factory(),
         database_url=child.spec.database_url if child is not None else None,
         reuse_port=child is not None,
         migrate=child is None,
+        notifier=notifier,
     )
     name = f"bothy-notify[{child.spec.ordinal}]" if child is not None else "bothy-notify"
+    serving = False
+
+    async def reload() -> None:
+        """SIGHUP: load the configuration again and apply what a reload changes; a
+        configuration that does not load changes nothing (the node keeps serving)."""
+        if serving:
+            notifier.reloading("reloading")
+        try:
+            if reloaded is not None:
+                await daemon.reload(await trio.to_thread.run_sync(reloaded))
+        except ConfigError as exc:
+            print(f"{name}: reload refused, nothing changed: {exc}", file=sys.stderr, flush=True)
+            log.warning("reload refused: the configuration is invalid; nothing changed")
+        finally:
+            if serving:
+                notifier.ready(f"serving (role {config.server.role.value})")
 
     async def main_task() -> None:
         # Signals are taken over before anything starts, so a SIGTERM during startup
         # also ends in a graceful shutdown rather than a killed process.
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        nonlocal serving
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             async with trio.open_nursery() as nursery:
 
                 async def on_signal() -> None:
                     draining = False
-                    async for _ in signals:
+                    async for signum in signals:
+                        if signum == signal.SIGHUP:
+                            await reload()  # one at a time; signals wait meanwhile
+                            continue
                         if draining:  # a second signal: stop now (cleanups still run)
                             stop_now()
                             return
@@ -249,13 +349,21 @@ def _run(config: Config, *, child: ParentChannel | None = None) -> int:
                     nursery.cancel_scope.cancel()  # stopped: no more signals to wait for
 
                 nursery.start_soon(on_signal)
+                # From the start: the embedded server's start and the migrations count.
+                nursery.start_soon(notifier.keep_watchdog)
                 if child is not None:
                     # The parent's drain and stop are its signals passed on; the end of
                     # the channel means the parent is gone: drain.
                     nursery.start_soon(
-                        partial(child.watch, drain=daemon.request_shutdown, stop=stop_now)
+                        partial(
+                            child.watch,
+                            drain=daemon.request_shutdown,
+                            stop=stop_now,
+                            reload=partial(nursery.start_soon, reload),
+                        )
                     )
                 addresses = await nursery.start(run_daemon)
+                serving = True
                 if child is not None:
                     await child.ready()  # the parent prints the line for all of them
                     return
@@ -274,6 +382,8 @@ def _run(config: Config, *, child: ParentChannel | None = None) -> int:
         trio.run(main_task)
     except BaseExceptionGroup as group:
         _raise_startup_error(group)
+    finally:
+        notifier.close()
     return EXIT_OK
 
 

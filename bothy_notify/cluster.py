@@ -61,6 +61,8 @@ class NodeRegistry:
         node_id: this node's UUIDv7.
         on_rejoin: called (Trio thread) when this node's row had to be inserted
             again after its first beat: its shared presence must be published again.
+        stats: this node's aggregates for the status page (JSON bytes), written
+            with every heartbeat; called on the Trio thread.
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class NodeRegistry:
         metrics: Metrics,
         node_id: str,
         on_rejoin: Callable[[], None] | None = None,
+        stats: Callable[[], bytes] | None = None,
     ) -> None:
         self._db = db
         self._clock = clock
@@ -81,6 +84,7 @@ class NodeRegistry:
         self._timeout = config.cluster.node_timeout
         self.node_id = node_id
         self.on_rejoin = on_rejoin
+        self._stats = stats
         self._started_at = clock.now()
         self._host = socket.gethostname()
         self._pid = os.getpid()
@@ -114,8 +118,9 @@ class NodeRegistry:
         """
         now = self._clock.now()
         since = now - self._timeout
+        stats = self._stats() if self._stats is not None else None
         joined, swept, nodes = await self._db.run(
-            lambda c: self._beat(c, now, since), transaction=False
+            lambda c: self._beat(c, now, since, stats), transaction=False
         )
         first = self._beats == 0
         self._beats += 1
@@ -136,7 +141,7 @@ class NodeRegistry:
         return swept
 
     def _beat(
-        self, conn: Conn, now: datetime, since: datetime
+        self, conn: Conn, now: datetime, since: datetime, stats: bytes | None = None
     ) -> tuple[bool, SweepResult, list[NodeRow]]:
         # The heartbeat commits on its own first: a transaction that held this node's
         # row while it swept other nodes' rows could deadlock with another node doing
@@ -149,6 +154,7 @@ class NodeRegistry:
             pid=self._pid,
             started_at=self._started_at,
             now=now,
+            stats=stats,
         )
         with conn.transaction():
             swept = cluster.sweep(conn, since=since, now=now)

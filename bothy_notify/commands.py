@@ -1,5 +1,5 @@
-"""The one-shot commands: ``migrate``, ``dev-token``, ``secret set``, ``push test``,
-``events dead-letters``, ``events retry``.
+"""The one-shot commands: ``migrate``, ``dev-token``, ``secret set``, ``vapid generate``,
+``push test``, ``events dead-letters``, ``events retry``.
 
 Each opens the configured database (starting the embedded server when
 ``database.url`` is empty), does its work, and says what really happened.
@@ -21,7 +21,7 @@ from bothy_notify.kernel.clock import SystemClock
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.notify.lifecycle import TokenLifecycle, apply_now, what_to_check
-from bothy_notify.push.factory import build_providers
+from bothy_notify.push import providers as provider_table
 from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
 from bothy_notify.push.registry import Providers
 from bothy_notify.store import registrations as regs
@@ -79,12 +79,16 @@ def dev_token_command(config: Config, args: argparse.Namespace, out: TextIO) -> 
     if not keys:
         raise CommandError("dev-token needs an HS256 key in auth.keys")
     key = keys[0]
-    claims: dict[str, object] = {
-        "sub": args.user,
-        "did": args.device,
-        "plat": args.platform,
-        "kind": args.kind,
-    }
+    if not args.scope and (args.device is None or args.platform is None):
+        raise CommandError(
+            "dev-token: a device token needs --device and --platform"
+            ' (or give --scope, e.g. "admin:read", for a token without a device)'
+        )
+    claims: dict[str, object] = {"sub": args.user, "kind": args.kind}
+    if args.device is not None:
+        claims["did"] = args.device
+    if args.platform is not None:
+        claims["plat"] = args.platform
     if args.scope:
         claims["scope"] = args.scope
     if config.auth.issuer:
@@ -115,6 +119,42 @@ def secret_set_command(config: Config, name: str, stdin: TextIO, out: TextIO) ->
         raise CommandError("no value on standard input; nothing stored")
     if len(value.encode()) > secret_store.MAX_VALUE_BYTES:
         raise CommandError("the value is larger than 64 KiB; nothing stored")
+    stored = _store_secret(config, name, value, out)
+    shown = stored.last_four.encode("unicode_escape").decode()
+    tail = f", ending in ...{shown}" if stored.last_four else ""
+    again = " (the previous value was retired)" if stored.retired_previous else ""
+    print(f"stored secret {name}: {stored.length} characters{tail}{again}", file=out)
+    return 0
+
+
+def vapid_generate_command(config: Config, name: str, out: TextIO) -> int:
+    """``bothy-notify vapid generate [--name vapid]``: a new VAPID key pair (P-256) for
+    Web Push. The private key goes to the secret store as ``name`` (its PKCS#8 PEM;
+    ``[push.webpush] vapid_private_key = "secret:<name>"`` uses it); the public key
+    is printed in base64url, the page's ``applicationServerKey`` (``GET
+    /v1/webpush/key`` serves it once the daemon runs with it). Generating again
+    under the same name retires the previous key: browsers subscribed with the old
+    public key must subscribe again (docs/operations.md, "VAPID keys").
+    """
+    from bothy_notify.push.webpush import generate_vapid_key
+
+    if not secret_store.NAME_PATTERN.fullmatch(name):
+        raise CommandError("a secret name is 1 to 128 characters of A-Z a-z 0-9 . _ -")
+    pem, public = generate_vapid_key()
+    stored = _store_secret(config, name, pem, out)
+    again = (
+        "; the previous key was retired: browsers subscribed with it must subscribe again"
+        if stored.retired_previous
+        else ""
+    )
+    print(f"stored the VAPID private key as secret {name}{again}", file=out)
+    print(f'use it with [push.webpush] vapid_private_key = "secret:{name}"', file=out)
+    print("public key (the page's applicationServerKey):", file=out)
+    print(public, file=out)
+    return 0
+
+
+def _store_secret(config: Config, name: str, value: str, out: TextIO) -> secret_store.StoredSecret:
     with database_url(config, out) as url:
         conn = connect_dedicated(url, autocommit=False)
         try:
@@ -129,11 +169,7 @@ def secret_set_command(config: Config, name: str, stdin: TextIO, out: TextIO) ->
                 ) from None
         finally:
             conn.close()
-    shown = stored.last_four.encode("unicode_escape").decode()
-    tail = f", ending in ...{shown}" if stored.last_four else ""
-    again = " (the previous value was retired)" if stored.retired_previous else ""
-    print(f"stored secret {name}: {stored.length} characters{tail}{again}", file=out)
-    return 0
+    return stored
 
 
 def _read_secret(stdin: TextIO, out: TextIO) -> str:
@@ -173,17 +209,6 @@ _OUTCOME_TEXT = {
     OutcomeKind.TRANSIENT: "the provider could not take it now; the daemon would retry it later",
 }
 
-_MISMATCH_HINT = {
-    "apns": (
-        "check that the shipped build's aps-environment matches the registration's environment"
-        " and that its bundle id is push.apns.bundle_id (the device is fine)"
-    ),
-    "fcm": (
-        "check that the shipped build's google-services.json / GoogleService-Info.plist is"
-        " for the service account's Firebase project (the device is fine)"
-    ),
-}
-
 
 def describe_outcome(provider: str, outcome: Outcome) -> str:
     """One line saying what a test send's outcome means and what to check."""
@@ -192,7 +217,8 @@ def describe_outcome(provider: str, outcome: Outcome) -> str:
     label = outcome.kind.value + (f" ({outcome.reason})" if outcome.reason else "")
     text = f"{label}: {_OUTCOME_TEXT[outcome.kind]}"
     if outcome.kind is OutcomeKind.MISMATCH:
-        return f"{text}; " + _MISMATCH_HINT.get(provider, "check the app build's push settings")
+        mismatch = provider_table.entry(provider).mismatch_hint
+        return f"{text}; " + (mismatch or "check the app build's push settings")
     hint = what_to_check(provider, outcome)
     return f"{text}; {hint}" if hint else text
 
@@ -210,16 +236,10 @@ def push_test_command(config: Config, user_id: str, out: TextIO) -> int:
     """
     from bothy_notify.config import resolve_store_secrets, store_secret_names
 
-    configured = [
-        name
-        for name in ("apns", "fcm", "webhook", "fake")
-        if getattr(config.push, name) is not None
-    ]
+    configured = provider_table.configured(config.push)
     if not configured:
-        raise CommandError(
-            "no push provider is configured ([push.apns], [push.fcm],"
-            " [push.webhook] or [push.fake]); nothing to test"
-        )
+        blocks = ", ".join(f"[push.{name}]" for name in provider_table.PROVIDER_NAMES)
+        raise CommandError(f"no push provider is configured ({blocks}); nothing to test")
     with database_url(config, out) as url:
         conn = connect_dedicated(url, autocommit=False)
         try:
@@ -237,7 +257,8 @@ def push_test_command(config: Config, user_id: str, out: TextIO) -> int:
                 print(f"no device registered for this person{extra}: nothing was sent", file=out)
                 return 1
             providers = Providers(
-                build_providers(config.push, dev=False), max_in_flight=config.push.max_in_flight
+                provider_table.build(config.push, dev=False),
+                max_in_flight=config.push.max_in_flight,
             )
             print(
                 f"sending a test hint to {len(found)} registration(s)"
@@ -250,9 +271,18 @@ def push_test_command(config: Config, user_id: str, out: TextIO) -> int:
             # The same lifecycle as the daemon's; its counters go to a registry nobody reads.
             lifecycle = TokenLifecycle(config=config.push, metrics=Metrics())
             delivered = 0
+            per_app: dict[str, list[int]] = {}
             with conn.transaction():
                 for registration, outcome in results:
                     env = f", {registration.environment}" if registration.environment else ""
+                    app = _app_of(providers, registration)
+                    if app:
+                        env += f", app {app}"
+                    tally = per_app.setdefault(
+                        f"{registration.provider} {app or 'default'}", [0, 0]
+                    )
+                    tally[0] += outcome.kind is OutcomeKind.DELIVERED
+                    tally[1] += 1
                     if registration.provider not in providers.names:
                         detail = (
                             f"not sent: provider {registration.provider} is not configured"
@@ -271,8 +301,21 @@ def push_test_command(config: Config, user_id: str, out: TextIO) -> int:
                     )
         finally:
             conn.close()
+    if any(providers.apps(name) for name in providers.names):
+        for label, (ok, sent) in sorted(per_app.items()):
+            provider, app = label.split(" ", 1)
+            print(f"{provider} app {app}: {ok} of {sent} delivered", file=out)
     print(f"{delivered} of {len(results)} delivered", file=out)
     return 0 if delivered == len(results) else 1
+
+
+def _app_of(providers: Providers, registration: regs.Registration) -> str:
+    """The configured app a registration's sends go to ("" for a provider without apps;
+    a registration naming no configured app says so without echoing its app_id)."""
+    apps = providers.apps(registration.provider)
+    if not apps:
+        return ""
+    return registration.app_id if registration.app_id in apps else "(none configured)"
 
 
 async def _send_tests(
@@ -299,6 +342,7 @@ async def _send_tests(
             max_attempts=max_attempts,
             last_error=registration.error_since_delivery,
             failure_count=registration.failure_count,
+            expires_at=registration.expires_at,
         )
         outcomes[index] = await providers.send(target, message)
 

@@ -1,9 +1,15 @@
-"""Typed configuration: one TOML file, read with tomlkit, structured with cattrs.
+"""Typed configuration: one TOML file, read with tomlkit, structured with cattrs,
+with every key overridable by an environment variable.
 
-Every key has a default (see ``config/bothy-notify.example.toml``, which
-documents each one, and ``schemas/config.schema.json``, which describes each
-one; a test keeps the three equal). Loading fails with :class:`ConfigError`
-naming the key for an unknown key, a wrong type or an out-of-range value.
+The fields below are the one table of keys: a field's type, default and
+``_meta(doc, min=, max=, source_rule=, path=)`` are what the loader checks,
+what ``schemas/config.schema.json`` says (generated from them by
+:mod:`bothy_notify.config_schema`, ``make schemas``), what the override
+variable accepts and what ``check-config --print`` shows.
+``config/bothy-notify.example.toml`` documents each key for operators; tests
+keep it, the schema file and the fields equal. Loading fails with
+:class:`ConfigError` naming the key for an unknown key, a wrong type or an
+out-of-range value.
 
 Durations are strings with a unit (``"250ms"``, ``"2s"``, ``"5m"``, ``"1h"``,
 ``"30d"``). Secrets are :class:`Secret` values given as ``env:NAME`` (resolved
@@ -18,22 +24,65 @@ the working directory (``~`` is expanded). An empty ``database.data_dir`` is the
 per-user data directory (:func:`default_data_dir`). ``database.url = ""`` is
 the same as no ``url``: the embedded server. The rest of the code therefore sees
 absolute paths and ``database.url is None`` exactly when the server is embedded.
+
+Environment overrides. ``BOTHY_NOTIFY__<SECTION>__<KEY>`` (the key's path in
+capitals, joined by two underscores: ``BOTHY_NOTIFY__PUSH__APNS__KEY_ID``, see
+:func:`env_name`) sets a key over the file, typed by the field: integers,
+``true``/``false``, durations and enum values as in the file, lists
+comma-separated or as a TOML array; a variable naming a table (a section, a
+provider block, ``notify.kinds``) takes a TOML inline table merged into the
+file's; one naming an array of tables takes a TOML inline array that replaces
+the file's, and ``..._KEYS__<N>__<FIELD>`` sets one field of entry N (N up to
+the number of entries: one past the last adds an entry). A secret given as the
+variable's own value becomes ``env:<THAT VARIABLE>``. Errors name the
+variable (and the key), never its value; a variable that names no key is an
+error. :func:`load` also returns where each value came from (:class:`Loaded`).
+
+Adding a key (the lead's and everyone's recipe):
+
+1. Add the field to its section's dataclass with a default and
+   ``metadata=_meta("one-line description", min=..., max=...)``;
+   ``source_rule=`` for a :class:`Secret` (``"ref"``: env:/secret: only,
+   ``"ref_or_literal"``, ``"env_or_literal"``), ``path=True`` for a file or
+   directory. A new section or provider block is a new frozen dataclass and a
+   field of type ``XConfig`` (or ``XConfig | None`` for an optional block, which
+   exists exactly when given); a table of named entries is
+   ``Mapping[str, XConfig]`` with ``default_factory=dict``.
+2. ``make schemas`` (writes ``schemas/config.schema.json``).
+3. Document it in ``config/bothy-notify.example.toml`` with its default (a
+   test names a key missing there).
+Its environment variable, its ``--print`` line and its checks come with it.
+
+Porting a key added the old way (a field plus a hand-written schema entry):
+keep the field, move what only the schema said into its ``_meta``: the
+schema's ``description`` into ``doc`` when it says more, ``minimum``/
+``maximum`` (or ``x-minimum-seconds``/``x-maximum-seconds`` of a duration)
+into ``min``/``max``, ``x-secret`` with a ``pattern`` of ``^(env|secret):``
+into ``source_rule="ref"``, ``x-path`` into ``path=True``; an ``enum`` is the
+field's enum type, ``default`` the field's default. Then take the generated
+schema (``make schemas``, or ``git checkout --theirs`` then ``make schemas``
+after a merge conflict) and read ``git diff schemas/config.schema.json``:
+only the port's own changes should show.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
+import functools
+import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin, get_type_hints
 
 import cattrs
 import tomlkit
+from cattrs.errors import IterableValidationError, IterableValidationNote
 from tomlkit.exceptions import ParseError
 
 
@@ -133,6 +182,8 @@ class Secret:
 # ---------------------------------------------------------------- durations
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+DURATION_PATTERN = r"^\s*\d+(\.\d+)?\s*(ms|s|m|h|d)\s*$"
+"""What :func:`parse_duration` accepts, as the JSON schema's ``pattern``."""
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
 
 
@@ -160,14 +211,27 @@ def _meta(
     max: float | None = None,
     source_rule: str = "",
     path: bool = False,
+    show_default: bool = True,
+    key_pattern: str | None = None,
 ) -> dict[str, Any]:
     """Field metadata: a one-line description, numeric range, secret policy, path.
 
     ``source_rule`` is ``"ref"`` (env:/secret: only), ``"ref_or_literal"`` or ``"env_or_literal"``.
     ``path`` marks a file or directory (made absolute at load, relative to the
-    configuration file; an empty value stays empty).
+    configuration file; an empty value stays empty). ``show_default = False``
+    leaves the default out of the schema (a key that is required, but may be
+    given in the block or in each of its apps). ``key_pattern`` is the form of
+    the keys of a table (``propertyNames`` in the schema).
     """
-    return {"doc": doc, "min": min, "max": max, "secret": source_rule, "path": path}
+    return {
+        "doc": doc,
+        "min": min,
+        "max": max,
+        "secret": source_rule,
+        "path": path,
+        "show_default": show_default,
+        "key_pattern": key_pattern,
+    }
 
 
 def _d(text: str) -> timedelta:
@@ -233,13 +297,17 @@ class DatabaseConfig:
     url: Secret | None = field(
         default=None,
         metadata=_meta(
-            "PostgreSQL URL; empty starts the embedded server", source_rule="env_or_literal"
+            "PostgreSQL URL (a literal or env:NAME); empty or absent starts the embedded"
+            " server; an env: variable that is set but empty is refused",
+            source_rule="env_or_literal",
         ),
     )
     data_dir: str = field(
         default="",
         metadata=_meta(
-            "data directory of the embedded server; empty: the per-user data directory",
+            "data directory of the embedded server, relative to the configuration file's"
+            " directory; empty: the per-user data directory ($XDG_DATA_HOME/bothy-notify/postgres,"
+            " by default ~/.local/share/bothy-notify/postgres)",
             path=True,
         ),
     )
@@ -343,35 +411,197 @@ class NotifyConfig:
         default_factory=dict, metadata=_meta("kind catalogue entries by kind code")
     )
     kinds_dir: str = field(
-        default="", metadata=_meta("directory of kind catalogue TOML files", path=True)
+        default="",
+        metadata=_meta(
+            "directory of kind catalogue TOML files, relative to the configuration file's"
+            " directory; empty: none",
+            path=True,
+        ),
     )
 
 
 @dataclass(frozen=True)
 class FakeProviderConfig:
     record_file: str = field(
-        default="", metadata=_meta("JSON-lines record of every send", path=True)
+        default="",
+        metadata=_meta(
+            "JSON-lines record of every send, relative to the configuration file's directory;"
+            " empty: memory only",
+            path=True,
+        ),
+    )
+
+
+APP_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+"""The form of an app id (``[push.<provider>.apps.<app_id>]``): an ID of SPEC section 7,
+``kernel.ids.ID_PATTERN`` (not imported: notify.domain imports this module and must not
+reach the clock through kernel.ids; a test keeps the two equal)."""
+
+
+@dataclass(frozen=True)
+class ApnsSettings:
+    """The keys of ``[push.apns]``, and of each ``[push.apns.apps.<app_id>]`` (which
+    overrides any of them; its ``bundle_id`` defaults to the app id)."""
+
+    key: Secret | None = field(
+        default=None,
+        metadata=_meta(
+            "PKCS#8 PEM of the .p8 key (required, in the block or in each app)",
+            source_rule="ref",
+            show_default=False,
+        ),
+    )
+    key_id: str = field(
+        default="", metadata=_meta("the key's 10-character id (required)", show_default=False)
+    )
+    team_id: str = field(
+        default="", metadata=_meta("the 10-character team id (required)", show_default=False)
+    )
+    bundle_id: str = field(
+        default="",
+        metadata=_meta(
+            "the app's bundle id, sent as apns-topic (required; an app's defaults to its app id)",
+            show_default=False,
+        ),
+    )
+    style: ApnsStyle = field(default=ApnsStyle.BACKGROUND, metadata=_meta("background or alert"))
+    alert_title: str = field(default="New activity", metadata=_meta("generic alert title"))
+    endpoint: str = field(default="", metadata=_meta("override of the APNs host URL"))
+    ca_file: str = field(
+        default="",
+        metadata=_meta(
+            "CA bundle (PEM) for the endpoint, relative to the configuration file's directory;"
+            " empty: the system's CAs",
+            path=True,
+        ),
     )
 
 
 @dataclass(frozen=True)
-class ApnsConfig:
-    key: Secret = field(metadata=_meta("PKCS#8 PEM of the .p8 key", source_rule="ref"))
-    key_id: str = field(metadata=_meta("the key's 10-character id"))
-    team_id: str = field(metadata=_meta("the 10-character team id"))
-    bundle_id: str = field(metadata=_meta("the app's bundle id (apns-topic)"))
-    style: ApnsStyle = field(default=ApnsStyle.BACKGROUND, metadata=_meta("background or alert"))
-    alert_title: str = field(default="New activity", metadata=_meta("generic alert title"))
-    endpoint: str = field(default="", metadata=_meta("override of the APNs host URL"))
-    ca_file: str = field(default="", metadata=_meta("CA bundle for the endpoint", path=True))
+class ApnsConfig(ApnsSettings):
+    SCHEMA_REQUIRED_ANY_OF: ClassVar[tuple[tuple[str, ...], ...]] = (
+        ("key", "key_id", "team_id", "bundle_id"),
+        ("apps",),
+    )
+    """The schema's ``anyOf``: the credentials in the block, or apps that carry them."""
+
+    apps: Mapping[str, ApnsSettings] = field(
+        default_factory=dict,
+        metadata=_meta(
+            "apps by app id (the registration's app_id): each overrides any key of the"
+            " block; without apps the block is one default app",
+            key_pattern=APP_ID_PATTERN,
+        ),
+    )
 
 
 @dataclass(frozen=True)
-class FcmConfig:
-    service_account: Secret = field(metadata=_meta("service-account JSON", source_rule="ref"))
+class FcmSettings:
+    """The keys of ``[push.fcm]``, and of each ``[push.fcm.apps.<app_id>]``."""
+
+    service_account: Secret | None = field(
+        default=None,
+        metadata=_meta(
+            "service-account JSON (required, in the block or in each app)",
+            source_rule="ref",
+            show_default=False,
+        ),
+    )
     endpoint: str = field(default="", metadata=_meta("override of the FCM base URL"))
     ca_file: str = field(
-        default="", metadata=_meta("CA bundle for the endpoint and token URL", path=True)
+        default="",
+        metadata=_meta(
+            "CA bundle (PEM) for the endpoint and token URL, relative to the configuration"
+            " file's directory; empty: the system's CAs",
+            path=True,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class FcmConfig(FcmSettings):
+    SCHEMA_REQUIRED_ANY_OF: ClassVar[tuple[tuple[str, ...], ...]] = (
+        ("service_account",),
+        ("apps",),
+    )
+    """The schema's ``anyOf``: the service account in the block, or apps that carry it."""
+
+    apps: Mapping[str, FcmSettings] = field(
+        default_factory=dict,
+        metadata=_meta(
+            "apps by app id (the registration's app_id): each overrides any key of the"
+            " block; without apps the block is one default app",
+            key_pattern=APP_ID_PATTERN,
+        ),
+    )
+
+
+PUBLIC_PUSH_SERVICES = (
+    "fcm.googleapis.com",
+    "updates.push.services.mozilla.com",
+    "*.push.services.mozilla.com",
+    "web.push.apple.com",
+    "*.notify.windows.com",
+)
+"""The push services of Chrome, Firefox, Safari and Edge: the default of
+``push.webpush.allowed_endpoints``."""
+
+
+@dataclass(frozen=True)
+class WebPushSettings:
+    """The keys of ``[push.webpush]``, and of each ``[push.webpush.apps.<app_id>]``."""
+
+    vapid_private_key: Secret | None = field(
+        default=None,
+        metadata=_meta(
+            "the VAPID private key, made by bothy-notify vapid generate (required, in the"
+            " block or in each app)",
+            source_rule="ref",
+            show_default=False,
+        ),
+    )
+    subject: str = field(
+        default="",
+        metadata=_meta(
+            "the VAPID subject: mailto:address or an https:// URL (required)",
+            show_default=False,
+        ),
+    )
+    allowed_endpoints: tuple[str, ...] = field(
+        default=PUBLIC_PUSH_SERVICES,
+        metadata=_meta(
+            "push service hosts a subscription's endpoint may name (exact or *.suffix);"
+            " the default lists Chrome's, Firefox's, Safari's and Edge's"
+        ),
+    )
+    allow_private_addresses: bool = field(
+        default=False, metadata=_meta("allow private/loopback push services")
+    )
+    ca_file: str = field(
+        default="",
+        metadata=_meta(
+            "CA bundle (PEM) for the push services' TLS, relative to the configuration file's"
+            " directory; empty: the system's CAs",
+            path=True,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class WebPushConfig(WebPushSettings):
+    SCHEMA_REQUIRED_ANY_OF: ClassVar[tuple[tuple[str, ...], ...]] = (
+        ("vapid_private_key", "subject"),
+        ("apps",),
+    )
+    """The schema's ``anyOf``: the VAPID identity in the block, or apps that carry one."""
+
+    apps: Mapping[str, WebPushSettings] = field(
+        default_factory=dict,
+        metadata=_meta(
+            "apps by app id (the registration's app_id), several VAPID identities: each"
+            " overrides any key of the block",
+            key_pattern=APP_ID_PATTERN,
+        ),
     )
 
 
@@ -384,7 +614,14 @@ class WebhookConfig:
         default=False, metadata=_meta("allow private/loopback targets")
     )
     endpoint: str = field(default="", metadata=_meta("egress proxy URL for all webhooks"))
-    ca_file: str = field(default="", metadata=_meta("CA bundle for webhook TLS", path=True))
+    ca_file: str = field(
+        default="",
+        metadata=_meta(
+            "CA bundle (PEM) for webhook TLS, relative to the configuration file's directory;"
+            " empty: the system's CAs",
+            path=True,
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -425,7 +662,93 @@ class PushConfig:
     apns: ApnsConfig | None = field(default=None, metadata=_meta("APNs provider block"))
     fcm: FcmConfig | None = field(default=None, metadata=_meta("FCM provider block"))
     webhook: WebhookConfig | None = field(default=None, metadata=_meta("webhook provider block"))
+    webpush: WebPushConfig | None = field(
+        default=None, metadata=_meta("Web Push provider block (RFC 8030, 8291, 8292)")
+    )
     fake: FakeProviderConfig | None = field(default=None, metadata=_meta("fake provider block"))
+
+
+_S = TypeVar("_S", ApnsSettings, FcmSettings, WebPushSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class AppBlock(Generic[_S]):
+    """One app of a provider block: its id (``None``: the block's one default app),
+    the key its settings are named by in messages, and its effective settings."""
+
+    app_id: str | None
+    key: str
+    settings: _S
+
+
+def provider_apps(name: str, block: ApnsConfig | FcmConfig | WebPushConfig) -> list[AppBlock[Any]]:
+    """The apps of ``[push.<name>]``: one per ``[push.<name>.apps.<app_id>]`` (its keys
+    already merged over the block's at load), or the block itself as its one default
+    app when it has no ``apps``."""
+    if not block.apps:
+        return [AppBlock(None, f"push.{name}", block)]
+    return [
+        AppBlock(app_id, f"push.{name}.apps.{app_id}", settings)
+        for app_id, settings in block.apps.items()
+    ]
+
+
+APP_BLOCKS = ("apns", "fcm", "webpush")
+"""The provider blocks that take ``apps``."""
+_REQUIRED_APP_KEYS = {
+    "apns": ("key", "key_id", "team_id", "bundle_id"),
+    "fcm": ("service_account",),
+    "webpush": ("vapid_private_key", "subject"),
+}
+
+
+def _merged_apps(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``raw`` with each ``push.<block>.apps.<app_id>`` table laid over its block's own
+    keys (an APNs app's ``bundle_id`` defaulting to its app id), so that every app is
+    structured and checked as a whole block, its errors named under its own key."""
+    push = raw.get("push")
+    if not isinstance(push, Mapping):
+        return raw
+    merged_push = dict(push)
+    for name in APP_BLOCKS:
+        block = push.get(name)
+        if not isinstance(block, Mapping) or not isinstance(block.get("apps"), Mapping):
+            continue
+        base = {k: v for k, v in block.items() if k != "apps"}
+        apps: dict[str, Any] = {}
+        for app_id, table in block["apps"].items():
+            if isinstance(table, Mapping):
+                app = {**base, **table}
+                if name == "apns":
+                    app.setdefault("bundle_id", str(app_id))
+                apps[str(app_id)] = app
+            else:
+                apps[str(app_id)] = table  # structuring names the wrong type
+        merged_push[name] = {**block, "apps": apps}
+    return {**raw, "push": merged_push}
+
+
+def _check_apps(push: PushConfig) -> list[str]:
+    errors: list[str] = []
+    for name in APP_BLOCKS:
+        block = getattr(push, name)
+        if block is None:
+            continue
+        for app_id in block.apps:
+            if not _APP_ID_RE.fullmatch(app_id):
+                errors.append(
+                    f"push.{name}.apps: an app id is 1 to 128 letters, digits and . _ : -"
+                )
+                break
+        for app in provider_apps(name, block):
+            for key in _REQUIRED_APP_KEYS[name]:
+                value = getattr(app.settings, key)
+                if value is None or value == "":
+                    errors.append(f"{app.key}.{key}: required key is missing")
+    return errors
+
+
+_APP_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 @dataclass(frozen=True)
@@ -494,6 +817,7 @@ def _origin(t: Any) -> Any:
 def _make_converter(env: Mapping[str, str]) -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
     conv.register_structure_hook(int, _strict(int, "an integer"))
+    conv.register_structure_hook(float, _strict(float, "a number"))
     conv.register_structure_hook(bool, _strict(bool, "true or false"))
     conv.register_structure_hook(str, _strict(str, "a string"))
 
@@ -505,6 +829,8 @@ def _make_converter(env: Mapping[str, str]) -> cattrs.Converter:
     conv.register_structure_hook(timedelta, duration)
 
     def secret(value: Any, _t: type) -> Secret:
+        if isinstance(value, _FromEnv):  # the override variable is the reference
+            return Secret(f"env:{value.name}", value.value)
         if not isinstance(value, str):
             raise TypeError("expected a string (env:NAME, secret:NAME)")
         if value.startswith("env:"):
@@ -529,8 +855,10 @@ def _make_converter(env: Mapping[str, str]) -> cattrs.Converter:
         except ValueError:
             raise ValueError(f"expected one of: {allowed}") from None
 
-    for enum_type in (Role, ClusterMode, Level, ApnsStyle, LogFormat, LogLevel, JwtAlgorithm):
-        conv.register_structure_hook(enum_type, enum_hook)
+    # Every enum of a field (by class: StrEnum before str in the method order), so a
+    # new key's enum needs no line here.
+    for enum_base in (enum.StrEnum, enum.Enum):
+        conv.register_structure_hook(enum_base, enum_hook)
 
     def tuple_hook(value: Any, t: Any) -> tuple[Any, ...]:
         if not isinstance(value, list | tuple):
@@ -547,7 +875,18 @@ def _make_converter(env: Mapping[str, str]) -> cattrs.Converter:
         if not isinstance(value, dict):
             raise TypeError("expected a table")
         _k, v_type = get_args(t)
-        return {str(k): conv.structure(v, v_type) for k, v in value.items()}
+        out: dict[str, Any] = {}
+        errors: list[Exception] = []
+        for k, v in value.items():
+            try:
+                out[str(k)] = conv.structure(v, v_type)
+            except Exception as exc:  # each value's error keeps its key in the path
+                note = IterableValidationNote(f"Structuring mapping value @ key {k!r}", k, v_type)
+                exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+                errors.append(exc)
+        if errors:
+            raise IterableValidationError("While structuring a table", errors, t)
+        return out
 
     conv.register_structure_hook_func(lambda t: _origin(t) is Mapping, mapping_hook)
     return conv
@@ -567,6 +906,7 @@ def _format_cattrs_error(exc: BaseException) -> list[str]:
         message, _, path = line.rpartition(" @ ")
         key = path.removeprefix("$").lstrip(".")
         key = re.sub(r"\[(\d+)\]", r"[\1]", key)
+        key = re.sub(r"\['([^']*)'\]", r".\1", key)  # a table's key: push.apns.apps.beta
         if message.startswith("unknown key(s): "):
             names = message.removeprefix("unknown key(s): ").split(", ")
             for name in names:
@@ -601,7 +941,7 @@ def _check(config: Config) -> list[str]:
         number: float | None = None
         if isinstance(value, timedelta):
             number = value.total_seconds()
-        elif isinstance(value, int) and not isinstance(value, bool):
+        elif isinstance(value, int | float) and not isinstance(value, bool):
             number = value
         if number is not None:
             if low is not None and number < low:
@@ -643,6 +983,19 @@ def _check(config: Config) -> list[str]:
                     "with at least one label before it"
                 )
                 break
+    errors += _check_apps(config.push)
+    if config.push.webpush is not None:
+        for app in provider_apps("webpush", config.push.webpush):
+            for pattern in app.settings.allowed_endpoints:
+                if not _DOMAIN_PATTERN_RE.fullmatch(pattern.lower()):
+                    errors.append(
+                        f"{app.key}.allowed_endpoints: each entry is a host or *.suffix "
+                        "with at least one label before it"
+                    )
+                    break
+            subject = app.settings.subject
+            if subject and not _VAPID_SUBJECT_RE.fullmatch(subject):
+                errors.append(f"{app.key}.subject: expected mailto:address or an https:// URL")
     return errors
 
 
@@ -650,6 +1003,9 @@ _DOMAIN_PATTERN_RE = re.compile(
     r"^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$"
     r"|^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 )
+
+_VAPID_SUBJECT_RE = re.compile(r"^(mailto:[^\s@]+@[^\s@]+|https://[^\s/?#]+(/[^\s]*)?)$")
+"""RFC 8292's ``sub``: a ``mailto:`` address or an ``https:`` URL to reach the operator."""
 
 BUILTIN_CATEGORIES = ("messages", "mentions", "security", "admin")
 """Categories of the built-in hint kinds; app categories come from ``notify.categories``."""
@@ -675,52 +1031,398 @@ def load_config_text(
     """Parse and check a TOML text; raise :class:`ConfigError` naming each bad key.
 
     ``base_dir`` is the directory relative paths start at (the configuration
-    file's); without it a relative path is refused.
+    file's); without it a relative path is refused. The ``BOTHY_NOTIFY__*``
+    variables of ``env`` (default: the process's environment) override the text.
     """
+    return _configure(_parse(text), os.environ if env is None else env, base_dir)[0]
+
+
+def _parse(text: str) -> dict[str, Any]:
     try:
-        raw = tomlkit.parse(text).unwrap()
+        raw: dict[str, Any] = tomlkit.parse(text).unwrap()
     except ParseError as exc:
         raise ConfigError(f"not valid TOML: {exc}") from None
-    return structure_config(raw, env=os.environ if env is None else env, base_dir=base_dir)
+    return raw
 
 
 def structure_config(
     raw: Mapping[str, Any], *, env: Mapping[str, str], base_dir: str | Path | None = None
 ) -> Config:
-    """Structure a plain dict into :class:`Config`, check ranges and policies, and
-    make every path absolute (relative ones start at ``base_dir``; without it a
+    """Structure a plain dict into :class:`Config`, with the ``BOTHY_NOTIFY__*``
+    variables of ``env`` applied over it, check ranges and policies, and make
+    every path absolute (relative ones start at ``base_dir``; without it a
     relative path is refused, since the working directory is never a base)."""
+    return _configure(raw, env, base_dir)[0]
+
+
+def _configure(
+    raw: Mapping[str, Any], env: Mapping[str, str], base_dir: str | Path | None
+) -> tuple[Config, dict[str, str]]:
+    """:func:`structure_config` that also returns where each value came from
+    (:attr:`Loaded.origins`)."""
+    merged = copy.deepcopy(dict(raw))
+    origins = dict.fromkeys(_leaves(merged, ""), FILE)
+    env_errors = _apply_env(merged, env, origins)
+    if env_errors:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(env_errors))
     conv = _make_converter(env)
     try:
-        config = conv.structure(dict(raw), Config)
+        config = conv.structure(dict(_merged_apps(merged)), Config)
     except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
         if isinstance(exc, cattrs.BaseValidationError):
             errors = _format_cattrs_error(exc)
         else:
             errors = [str(exc)]
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors)) from None
+        raise ConfigError(_invalid(errors, origins)) from None
     errors = _check(config)
     config, database_errors = _embedded_when_empty(config)
     errors += database_errors
     config = _absolute_paths(config, None if base_dir is None else Path(base_dir), errors)
     if errors:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
-    return config
+        raise ConfigError(_invalid(errors, origins))
+    return config, origins
+
+
+def _invalid(errors: list[str], origins: Mapping[str, str]) -> str:
+    """The error message; a key whose value came from an override variable is
+    named by the variable (and the key)."""
+    lines = []
+    for error in errors:
+        key, sep, message = error.partition(": ")
+        origin = origins.get(key)
+        if sep and origin is not None and origin != FILE:
+            lines.append(f"{origin} ({key}): {message}")
+        elif message == "required key is missing" and _set_from_env(
+            key.rpartition(".")[0], origins
+        ):
+            lines.append(f"{error} (the table came from the environment: set {env_name(key)})")
+        else:
+            lines.append(error)
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def _set_from_env(table: str, origins: Mapping[str, str]) -> bool:
+    """Whether an override variable set anything in ``table``."""
+    return any(
+        origin != FILE and key.startswith((table + ".", table + "["))
+        for key, origin in origins.items()
+    )
 
 
 def load_config(path: str | Path | None, *, env: Mapping[str, str] | None = None) -> Config:
-    """Load the TOML file at ``path`` (``None``: all defaults).
+    """Load the TOML file at ``path`` (``None``: all defaults), with the
+    ``BOTHY_NOTIFY__*`` variables of ``env`` (default: the process's environment)
+    applied over it.
 
     Relative paths in the file start at the file's own directory.
     """
+    return load(path, env=env).config
+
+
+def load(path: str | Path | None, *, env: Mapping[str, str] | None = None) -> Loaded:
+    """:func:`load_config`, with where each value came from (``check-config --print``)."""
+    environ = os.environ if env is None else env
     if path is None:
-        return structure_config({}, env=os.environ if env is None else env)
+        config, origins = _configure({}, environ, None)
+        return Loaded(config, None, origins)
     file = Path(path).expanduser().absolute()
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read the configuration file: {exc.strerror}") from None
-    return load_config_text(text, env=env, base_dir=file.parent)
+    config, origins = _configure(_parse(text), environ, file.parent)
+    return Loaded(config, file, origins)
+
+
+# ---------------------------------------------------------------- environment overrides
+
+ENV_PREFIX = "BOTHY_NOTIFY__"
+"""Variables that set a key: ``BOTHY_NOTIFY__<SECTION>__<KEY>`` (see the module docstring)."""
+FILE = "file"
+"""The origin of a value read from the configuration file (:attr:`Loaded.origins`)."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A loaded configuration and where each of its values came from.
+
+    Attributes:
+        config: the configuration.
+        file: the configuration file, absolute (``None``: none, all defaults).
+        origins: by key path (``server.role``, ``auth.keys[0].kid``,
+            ``notify.kinds.CODE.category``), every value that is not a default:
+            :data:`FILE`, or the name of the variable that set it.
+    """
+
+    config: Config
+    file: Path | None
+    origins: Mapping[str, str]
+
+    def source_of(self, key: str) -> str:
+        """``file``, ``environment NAME`` or ``default``: where ``key``'s value came from."""
+        origin = self.origins.get(key)
+        if origin is None:
+            return "default"
+        return FILE if origin == FILE else f"environment {origin}"
+
+
+def env_name(key: str) -> str:
+    """The variable that sets ``key``: ``push.apns.key_id`` is
+    ``BOTHY_NOTIFY__PUSH__APNS__KEY_ID``, ``auth.keys[0].kid`` is
+    ``BOTHY_NOTIFY__AUTH__KEYS__0__KID`` (``auth.keys[].kid``: ``...__<N>__KID``)."""
+    dotted = key.replace("[]", ".<N>").replace("[", ".").replace("]", "")
+    return ENV_PREFIX + "__".join(part.upper() for part in dotted.split("."))
+
+
+class _EnvError(Exception):
+    """An override variable cannot be used; the message never holds its value."""
+
+
+@dataclass(frozen=True, slots=True)
+class _FromEnv:
+    """A secret given as the override variable's own value: it becomes ``env:NAME``."""
+
+    name: str
+    value: str = dataclasses.field(repr=False)
+
+
+_Part = str | int
+"""One step of a key path: a key, or an index into an array of tables."""
+
+
+def _apply_env(raw: dict[str, Any], env: Mapping[str, str], origins: dict[str, str]) -> list[str]:
+    """Apply every ``BOTHY_NOTIFY__*`` variable of ``env`` to ``raw`` (in place) and
+    note each value's origin; the errors, naming the variable.
+
+    Whole tables go first, then deeper keys, array indexes in numeric order, so
+    ``..._KEYS__0__...`` exists before ``..._KEYS__1__...`` is added.
+    """
+    errors: list[str] = []
+    planned: list[tuple[list[_Part], Any, str, bool]] = []
+    for name, text in env.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        try:
+            parts, t = _resolve_env(name)
+            planned.append((parts, _env_value(text, t, name), name, _replaces(t)))
+        except _EnvError as exc:
+            errors.append(f"{name}: {exc}")
+    planned.sort(
+        key=lambda p: (len(p[0]), [(0, x, "") if isinstance(x, int) else (1, 0, x) for x in p[0]])
+    )
+    for parts, value, name, replaces in planned:
+        try:
+            _put(raw, parts, value, replaces)
+        except _EnvError as exc:
+            errors.append(f"{name}: {exc}")
+            continue
+        key = _key_text(parts)
+        # What this variable's value stands for now: the whole key when it replaces,
+        # each of its entries when it is merged into a table.
+        if not replaces and isinstance(value, dict):
+            covered = [_key_text([*parts, k]) for k in value]
+        else:
+            covered = [key]
+        for prefix in covered:
+            for old in [
+                k for k in origins if k == prefix or k.startswith((prefix + ".", prefix + "["))
+            ]:
+                del origins[old]
+        for leaf in _leaves(value, key):
+            origins[leaf] = name
+    return errors
+
+
+def _resolve_env(name: str) -> tuple[list[_Part], Any]:
+    """The key path a variable names and the type of its value."""
+    t: Any = Config
+    parts: list[_Part] = []
+    segments = name[len(ENV_PREFIX) :].split("__")
+    if not all(segments):
+        raise _EnvError("expected BOTHY_NOTIFY__<SECTION>__<KEY> (keys joined by two underscores)")
+    for segment in segments:
+        here = _key_text(parts)
+        if _is_dataclass_type(t):
+            f = _fields_of(t).get(segment.lower())
+            if f is None:
+                shown = f"{here}.{segment.lower()}" if here else segment.lower()
+                raise _EnvError(f"names no configuration key ({shown})")
+            parts.append(f.name)
+            t = without_none(get_type_hints(t)[f.name])
+        elif table_item(t) is not None and get_origin(t) is tuple:
+            if not segment.isdigit():
+                raise _EnvError(
+                    f"{here} is an array of tables: expected an index,"
+                    f" as in {env_name(here)}__0__..."
+                )
+            parts.append(int(segment))
+            t = table_item(t)
+        elif get_origin(t) is Mapping:
+            raise _EnvError(
+                f"{here} is a table of named entries: give it whole, as a TOML inline table"
+                f" in {env_name(here)}"
+            )
+        else:
+            raise _EnvError(f"names no configuration key ({here} has no keys)")
+    return parts, t
+
+
+def _env_value(text: str, t: Any, name: str) -> Any:
+    """The variable's text as the file would give it, typed by the key's type."""
+    if _is_dataclass_type(t) or get_origin(t) is Mapping or table_item(t) is not None:
+        value = _inline_toml(text)
+        if isinstance(value, list) != (get_origin(t) is tuple) or not isinstance(
+            value, list | dict
+        ):
+            shape = "an array of tables ([{...}, ...])" if get_origin(t) is tuple else "a table"
+            raise _EnvError(f"expected {shape} as a TOML inline value")
+        return _secrets_from_env(value, t, name)
+    if get_origin(t) is tuple:
+        if text.lstrip().startswith("["):
+            return _inline_toml(text)
+        item: Any = get_args(t)[0]
+        return (
+            [_env_scalar(part.strip(), item, name) for part in text.split(",")]
+            if text.strip()
+            else []
+        )
+    return _env_scalar(text, t, name)
+
+
+def _env_scalar(text: str, t: Any, name: str) -> Any:
+    if t is bool:
+        word = text.strip().lower()
+        if word not in ("true", "false"):
+            raise _EnvError("expected true or false")
+        return word == "true"
+    if t is int:
+        if not re.fullmatch(r"[+-]?\d+(_\d+)*", text.strip()):
+            raise _EnvError("expected an integer")
+        return int(text.strip().replace("_", ""))
+    if t is float:
+        try:
+            number = float(text.strip().replace("_", ""))
+        except ValueError:
+            raise _EnvError("expected a number") from None
+        if not math.isfinite(number):
+            raise _EnvError("expected a number")
+        return number
+    if t is Secret and not text.startswith(("env:", "secret:")):
+        return _FromEnv(name, text)
+    return text  # strings, enums, durations: checked as in the file
+
+
+def _inline_toml(text: str) -> Any:
+    try:
+        document = tomlkit.parse(f"value = {text}").unwrap()
+    except ParseError:
+        raise _EnvError("expected a TOML inline value ({...} or [...])") from None
+    if list(document) != ["value"]:
+        raise _EnvError("expected one TOML inline value ({...} or [...])")
+    return document["value"]
+
+
+def _secrets_from_env(value: Any, t: Any, name: str) -> Any:
+    """Inside a whole table given in a variable, inline secrets count as that variable's."""
+    t = without_none(t)
+    item = table_item(t)
+    if item is not None and isinstance(value, list):
+        return [_secrets_from_env(v, item, name) for v in value]
+    if item is not None and isinstance(value, dict):
+        return {k: _secrets_from_env(v, item, name) for k, v in value.items()}
+    if _is_dataclass_type(t) and isinstance(value, dict):
+        hints = get_type_hints(t)
+        return {
+            k: _secrets_from_env(v, hints[k], name) if k in hints else v for k, v in value.items()
+        }
+    if t is Secret and isinstance(value, str) and not value.startswith(("env:", "secret:")):
+        return _FromEnv(name, value)
+    return value
+
+
+def _put(raw: dict[str, Any], parts: list[_Part], value: Any, replaces: bool) -> None:
+    node: Any = raw
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        want: type = list if not last and isinstance(parts[i + 1], int) else dict
+        if isinstance(part, int):
+            if part > len(node):
+                raise _EnvError(
+                    f"index {part} leaves a gap: {_key_text(parts[:i])} has {len(node)}"
+                    f" entries, so the next index is {len(node)}"
+                )
+            if part == len(node):
+                node.append({})
+            if last and isinstance(value, dict) and isinstance(node[part], dict):
+                node[part].update(value)
+            elif last:
+                node[part] = value
+            node = node[part]
+            continue
+        if last:
+            if not replaces and isinstance(value, dict) and isinstance(node.get(part), dict):
+                node[part].update(value)
+            else:
+                node[part] = value
+            return
+        child = node.get(part)
+        if child is None:
+            child = node[part] = want()
+        elif not isinstance(child, want):
+            raise _EnvError(
+                f"the file's {_key_text(parts[: i + 1])} is not a"
+                f" {'array' if want is list else 'table'}"
+            )
+        node = child
+
+
+def _replaces(t: Any) -> bool:
+    """Whether a variable naming a key of type ``t`` replaces the file's value
+    (scalars and arrays) rather than being merged into it (tables)."""
+    return not (_is_dataclass_type(t) or get_origin(t) is Mapping)
+
+
+def _key_text(parts: list[_Part]) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text
+
+
+def _leaves(value: Any, prefix: str) -> list[str]:
+    """Key paths of every value in a raw (TOML) value: tables by key, arrays of
+    tables by index; an empty table or array, and any other value, is one leaf."""
+    if isinstance(value, dict) and value:
+        out: list[str] = []
+        for k, v in value.items():
+            out += _leaves(v, f"{prefix}.{k}" if prefix else str(k))
+        return out
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return [leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{prefix}[{i}]")]
+    return [prefix] if prefix else []
+
+
+@functools.cache
+def _fields_of(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _is_dataclass_type(t: Any) -> bool:
+    return isinstance(t, type) and dataclasses.is_dataclass(t)
+
+
+def table_item(t: Any) -> Any:
+    """The dataclass of an array of tables or of a table of named entries, else ``None``."""
+    origin = get_origin(t)
+    args = get_args(t)
+    item = args[0] if origin is tuple else args[1] if origin is Mapping else None
+    return item if _is_dataclass_type(item) else None
+
+
+def without_none(t: Any) -> Any:
+    """``X`` of ``X | None``; any other type as it is."""
+    args = [a for a in get_args(t) if a is not type(None)]
+    return args[0] if len(args) == 1 and len(get_args(t)) == 2 else t
 
 
 def default_data_dir() -> str:
@@ -852,6 +1554,10 @@ def resolve_store_secrets(config: Config, lookup: Callable[[str], str | None]) -
                 changes[f.name] = tuple(
                     resolve(item, f"{path}[{i}].") for i, item in enumerate(value)
                 )
+            elif isinstance(value, Mapping) and any(
+                dataclasses.is_dataclass(v) for v in value.values()
+            ):
+                changes[f.name] = {k: resolve(v, f"{path}.{k}.") for k, v in value.items()}
         return dataclasses.replace(obj, **changes) if changes else obj
 
     resolved = resolve(config, "")
@@ -859,6 +1565,33 @@ def resolve_store_secrets(config: Config, lookup: Callable[[str], str | None]) -
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
     assert isinstance(resolved, Config)
     return resolved
+
+
+def changed_keys(old: Config, new: Config) -> list[str]:
+    """Key paths whose values differ between ``old`` and ``new``, in key order;
+    a secret compares by its reference (``env:NAME``, ``secret:NAME``), never
+    its value, so a resolved and an unresolved reference are the same."""
+    before, after = _flat(old, ""), _flat(new, "")
+    return [k for k in dict.fromkeys([*before, *after]) if before.get(k) != after.get(k)]
+
+
+def _flat(obj: Any, prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value, path = getattr(obj, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out.update(_flat(value, path + "."))
+        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            for i, item in enumerate(value):
+                out.update(_flat(item, f"{path}[{i}]."))
+        elif isinstance(value, Mapping) and any(
+            dataclasses.is_dataclass(v) for v in value.values()
+        ):
+            for k, item in value.items():
+                out.update(_flat(item, f"{path}.{k}."))
+        else:
+            out[path] = value.source if isinstance(value, Secret) else value
+    return out
 
 
 def store_secret_names(config: Config) -> list[str]:

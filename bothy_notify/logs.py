@@ -183,6 +183,14 @@ def setup_logging(
     install_crash_hooks()
 
 
+def set_level(config: LogConfig) -> None:
+    """Change the level of our own loggers to ``log.level`` (a reload); the format,
+    the handler and the third-party floor stay as :func:`setup_logging` set them."""
+    level = logging.getLevelName(config.level.value.upper())
+    logging.getLogger().setLevel(min(level, THIRD_PARTY_MIN_LEVEL))
+    logging.getLogger(OWN_LOGGER).setLevel(level)
+
+
 _crash_log = logging.getLogger("bothy.crash")
 
 

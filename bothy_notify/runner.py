@@ -56,6 +56,7 @@ from typing import Any, Protocol, runtime_checkable
 import trio
 
 from bothy_notify.config import JobsConfig
+from bothy_notify.kernel.backoff import Backoff
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Children, Metrics
 from bothy_notify.kernel.supervise import Supervised, error_type
@@ -66,10 +67,15 @@ from bothy_notify.store.db import (
     StoreContention,
     StoreError,
     StoreUnavailable,
-    connect_dedicated,
-    translated,
 )
 from bothy_notify.store.jobs import Fence, Job
+from bothy_notify.store.listen import (
+    Listener,
+    Listening,
+    Notification,
+    delivering,
+    reconnect_backoff,
+)
 
 log = logging.getLogger("bothy.runner")
 
@@ -166,16 +172,20 @@ BACKOFF_BASE = timedelta(seconds=1)
 """First retry delay before jitter; doubles per attempt."""
 BACKOFF_CAP = timedelta(minutes=10)
 """Longest retry delay from backoff alone (a provider's minimum may be longer)."""
+JOB_RETRY = Backoff(
+    initial=BACKOFF_BASE.total_seconds(), cap=BACKOFF_CAP.total_seconds(), jitter=0.5
+)
+"""A job's retries: half of each delay is random, so jobs that failed together (a
+provider's outage) do not come back together."""
 
-
-_RANDOM = random.Random()  # noqa: S311 - retry jitter, not cryptography
+RECORD_RETRY = Backoff(initial=0.05, cap=5.0)
+"""Recording results while the database is unreachable: soon at first (most losses
+are a moment's), then no more than every 5 s."""
 
 
 def backoff(attempt: int, rng: random.Random | None = None) -> timedelta:
     """Exponential backoff with jitter: ``base * 2**(attempt-1)``, capped, times [0.5, 1)."""
-    draw = (rng or _RANDOM).random()
-    exp = min(BACKOFF_CAP, BACKOFF_BASE * (1 << max(0, attempt - 1)))
-    return exp * (0.5 + draw / 2)
+    return timedelta(seconds=JOB_RETRY.delay(attempt - 1, rng.random() if rng else None))
 
 
 def retry_or_fail(
@@ -192,9 +202,6 @@ def retry_or_fail(
         after = minimum
     return Retry(after, error, effect)
 
-
-_RECONNECT_MAX = 5.0
-"""Longest wait (seconds) between reconnections of the ``LISTEN`` connection."""
 
 _COMPLETE_BATCH = 500
 """Most results recorded in one transaction."""
@@ -245,7 +252,6 @@ class JobRunner:
     ) -> None:
         self._db = db
         self._node_id = node_id
-        self._url = database_url
         self._clock = clock
         self._handlers: Mapping[str, JobHandler] = {h.kind: h for h in handlers}
         self._check_at_claim: Mapping[str, ChecksAtClaim] = {
@@ -264,6 +270,13 @@ class JobRunner:
         self._stopping = False
         self._idle = trio.Event()
         self._results_send, self._results_recv = trio.open_memory_channel[tuple[Job, JobResult]](0)
+        self._jobs_listener = Listener(
+            database_url,
+            (queue.JOBS_CHANNEL,),
+            name="runner",
+            reconnect=reconnect_backoff(self._poll),
+            catch_up=self._catch_up,
+        )
         self._listener = Supervised("runner.listen", self._listen_loop, metrics=metrics)
         self._renewer = Supervised("runner.renew", self._renew_loop, metrics=metrics)
         self._work: trio.Nursery | None = None
@@ -588,7 +601,7 @@ class JobRunner:
 
         Returns the fences that held.
         """
-        delay = 0.05
+        retries = RECORD_RETRY.retries()
         while True:
             now = self._clock.now()
             try:
@@ -596,8 +609,7 @@ class JobRunner:
                 return held
             except (StoreUnavailable, StoreContention):
                 log.warning("recording job results failed; retrying")
-                await trio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await trio.sleep(retries.failed())
 
     async def _record_alone(self, item: tuple[Job, JobResult]) -> tuple[set[Fence], JobResult]:
         """Record one result; when that fails, record it as :class:`Fail` without its
@@ -625,36 +637,18 @@ class JobRunner:
                 return set(), failed
 
     async def _listen_loop(self, *, task_status: trio.TaskStatus[None]) -> None:
-        started = False
-        limiter = trio.CapacityLimiter(1)
-        retry = self._poll
-        while True:
-            conn: Conn | None = None
-            try:
-                conn = await trio.to_thread.run_sync(connect_dedicated, self._url, limiter=limiter)
-                await trio.to_thread.run_sync(
-                    translated(conn.execute), f"LISTEN {queue.JOBS_CHANNEL}", limiter=limiter
-                )
-                if not started:
-                    started = True
-                    task_status.started()
-                retry = self._poll
-                while True:
-                    if await trio.to_thread.run_sync(
-                        translated(_wait_notify), conn, 0.25, limiter=limiter
-                    ):
-                        self._wake.set()
-            except StoreError:
-                if not started:
-                    started = True
-                    task_status.started()
-                # The claim loop polls meanwhile, so nothing waits on this reconnection.
-                await trio.sleep(retry)
-                retry = min(max(self._poll, _RECONNECT_MAX), retry * 2)
-            finally:
-                if conn is not None:
-                    with trio.CancelScope(shield=True):
-                        await trio.to_thread.run_sync(conn.close, limiter=limiter)
+        """``LISTEN bothy_jobs`` (:class:`~bothy_notify.store.listen.Listener`): each
+        notification wakes the claim loop. Started once listening; the claim loop
+        polls meanwhile, so nothing waits on a reconnection."""
+        await self._jobs_listener.run(delivering(self._notified), task_status=task_status)
+
+    def _notified(self, _notifications: list[Notification]) -> None:
+        self._wake.set()
+
+    async def _catch_up(self, _listening: Listening) -> None:
+        """What a (re)connection may have missed: a job that became due meanwhile.
+        The claim loop claims now and peeks at the next due time."""
+        self._wake.set()
 
     async def _renew_loop(self, *, task_status: trio.TaskStatus[None]) -> None:
         """Extend the lease of running jobs so a slow send is not run twice.
@@ -705,13 +699,6 @@ def lost_leases(
     """
     missed = {f for f in sent if f not in held and f in running}
     return missed & missed_before, missed
-
-
-def _wait_notify(conn: Conn, timeout: float) -> bool:
-    woke = False
-    for _ in conn.notifies(timeout=timeout, stop_after=1):
-        woke = True
-    return woke
 
 
 def _apply_results(conn: Conn, *, batch: list[tuple[Job, JobResult]], now: datetime) -> set[Fence]:

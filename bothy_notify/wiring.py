@@ -29,14 +29,17 @@ import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Literal, Protocol, TextIO
 
+import orjson
 import trio
 
 from bothy_notify.api.app import build_app, serve_api
 from bothy_notify.api.context import ApiContext
+from bothy_notify.api.ops import readiness_checks
+from bothy_notify.api.status import StatusSource, node_snapshot
 from bothy_notify.auth import TokenVerifier
 from bothy_notify.cluster import NodeRegistry
 from bothy_notify.config import (
@@ -44,6 +47,7 @@ from bothy_notify.config import (
     Config,
     ConfigError,
     Role,
+    changed_keys,
     resolve_store_secrets,
     store_secret_names,
 )
@@ -53,7 +57,9 @@ from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import NoPresence, PresenceView
+from bothy_notify.kernel.sdnotify import Notifier
 from bothy_notify.kernel.supervise import Service, Supervised
+from bothy_notify.logs import set_level
 from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.jobs.flush import FlushHandler
@@ -63,7 +69,7 @@ from bothy_notify.notify.kinds_dir import LiveCatalogue
 from bothy_notify.notify.planner import RoundOutcome
 from bothy_notify.notify.round import ConsumerRound
 from bothy_notify.notify.routes import FailClosedRoutes, JobLiveRoutes, LiveRoutes
-from bothy_notify.push.factory import build_providers, registration_check
+from bothy_notify.push import providers as provider_table
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.registry import Providers
 from bothy_notify.runner import JobHandler, JobRunner
@@ -82,6 +88,10 @@ SWITCH_INTERVAL = 0.0005
 loop take turns many times per hint; with 5 ms each turn could wait up to 5 ms for
 the GIL. Measured in bench/gateway.py at 200 hints/s: p99 39 ms instead of
 195-295 ms, p50 15 instead of 18-20 ms (docs/performance.md, "gateway")."""
+
+READINESS_INTERVAL = 5.0
+"""Seconds between two refreshes of ``bothy_readiness_check`` (a scrape every 15 s or
+more sees a value at most this old), each with one database ping of its own."""
 
 API_POOL_WAIT = 5.0
 """Seconds an HTTP request or gateway query waits for a pooled connection before it is
@@ -210,6 +220,8 @@ class Daemon:
             (:mod:`bothy_notify.processes`).
         migrate: apply migrations at start (``False`` when the parent of
             ``server.processes`` applied them once for every process).
+        notifier: systemd's readiness protocol: ``READY=1`` once the node serves,
+            ``STOPPING=1`` when it drains (:mod:`bothy_notify.kernel.sdnotify`).
 
     Raises:
         ConfigError: ``notify.kinds`` is invalid or ``notify.kinds_dir`` is not a
@@ -224,15 +236,17 @@ class Daemon:
         *,
         clock: Clock | None = None,
         database_url: str | None = None,
-        providers: Mapping[str, PushProvider] | None = None,
+        providers: Mapping[str, PushProvider | Mapping[str, PushProvider]] | None = None,
         metrics: Metrics | None = None,
         stdout: TextIO | None = None,
         before_commit: Callable[[RoundOutcome], None] | None = None,
         gateway_factory: GatewayFactory | None = None,
         reuse_port: bool = False,
         migrate: bool = True,
+        notifier: Notifier | None = None,
     ) -> None:
         self.config = config
+        self._notifier = notifier or Notifier(None)
         self._reuse_port = reuse_port
         self._migrate = migrate
         self.spec = role_spec(config.server.role, config.cluster.mode)
@@ -257,6 +271,9 @@ class Daemon:
         self.jobs_db: Database | None = None
         self.services: dict[str, Supervised] = {}
         """The supervised services of this node by name (``/readyz``)."""
+        self._readiness: Callable[[], Mapping[str, bool]] | None = None
+        self.status: StatusSource | None = None
+        """What ``GET /v1/admin/status`` answers from (once the API is built)."""
 
     def __repr__(self) -> str:
         return f"Daemon(role={self.config.server.role.value!r})"
@@ -269,6 +286,35 @@ class Daemon:
     def request_shutdown(self) -> None:
         """Begin a graceful shutdown (SIGINT/SIGTERM)."""
         self._shutdown.set()
+
+    async def reload(self, config: Config) -> tuple[str, ...]:
+        """Take in what a reload changes (SIGHUP; ``docs/operations.md``, "Reload"):
+        ``log.level``, and the kind catalogue: ``notify.kinds``,
+        ``notify.categories`` and every file of ``notify.kinds_dir``, read again now.
+
+        ``config`` is the configuration loaded again (with this node's own
+        overrides applied). Returns the other keys that differ from the running
+        configuration: they take effect at the next start.
+
+        Raises:
+            ConfigError: the new ``notify.kinds`` is invalid; nothing changed.
+        """
+        await trio.to_thread.run_sync(self.live_catalogue.reconfigure, config.notify)
+        set_level(config.log)
+        running = self.config
+        self.config = replace(
+            running,
+            notify=replace(
+                running.notify, kinds=config.notify.kinds, categories=config.notify.categories
+            ),
+            log=replace(running.log, level=config.log.level),
+        )
+        later = tuple(changed_keys(self.config, config))
+        log.info(
+            "configuration reloaded",
+            extra={"catalogue_version": self.catalogue.version, "restart_needed": list(later)},
+        )
+        return later
 
     async def run(
         self, *, task_status: trio.TaskStatus[NodeAddresses] = trio.TASK_STATUS_IGNORED
@@ -336,7 +382,7 @@ class Daemon:
             providers = self.providers = Providers(
                 self._providers_override
                 if self._providers_override is not None
-                else build_providers(
+                else provider_table.build(
                     config.push, dev=config.server.dev, stdout=self._stdout, clock=self.clock
                 ),
                 max_in_flight=config.push.max_in_flight,
@@ -371,6 +417,7 @@ class Daemon:
                     config=config,
                     metrics=self.metrics,
                     node_id=self.node_id,
+                    stats=lambda: orjson.dumps(self._snapshot(providers)),
                 )
                 await nursery.start(self.registry.run)
             if config.notify.kinds_dir:
@@ -417,10 +464,9 @@ class Daemon:
             elif spec.gateway_jobs and publisher is not None:
                 assert jobs_db is not None
                 await self._start_gateway_jobs(nursery, jobs_db, url, publisher)
-            app = build_app(
-                self._api_context(db, providers),
-                operator_only=spec.http == "operator",
-            )
+            context = self._api_context(db, providers)
+            app = build_app(context, operator_only=spec.http == "operator")
+            nursery.start_soon(self._report_readiness, context)
 
             async def serve_http(*, task_status: trio.TaskStatus[str]) -> None:
                 try:
@@ -444,9 +490,18 @@ class Daemon:
                 | ({"node_id": self.node_id} if spec.registry else {}),
             )
             task_status.started(NodeAddresses(api_address, gateway_address))
+            self._notifier.ready(f"serving (role {config.server.role.value})")
             await self._shutdown.wait()
             await self._drain(config.server.drain_period, api_shutdown, api_stopped)
             nursery.cancel_scope.cancel()
+
+    async def _report_readiness(self, context: ApiContext) -> None:
+        """Keep ``bothy_readiness_check{check}`` equal to what ``/readyz`` answers."""
+        gauge = self.metrics.readiness_check
+        while True:
+            for check, ok in (await readiness_checks(context, share=False)).items():
+                gauge.labels(check).set(1 if ok else 0)
+            await trio.sleep(READINESS_INTERVAL)
 
     def _supervised(self, name: str, service: Service) -> Supervised:
         supervised = self.services[name] = Supervised(name, service, metrics=self.metrics)
@@ -576,6 +631,7 @@ class Daemon:
         has, the runner stops claiming and waits for its jobs, the gateway closes
         its connections with 1001."""
         log.info("shutting down", extra={"drain_seconds": period.total_seconds()})
+        self._notifier.stopping("draining")
         with trio.move_on_after(period.total_seconds()) as scope:
             api_shutdown.set()
             if self.runner is not None:
@@ -587,6 +643,12 @@ class Daemon:
             await api_stopped.wait()
         if scope.cancelled_caught:
             log.warning("drain period over; unfinished jobs are given back")
+
+    def _snapshot(self, providers: Providers) -> dict[str, Any]:
+        """This node's aggregates for the status page (``GET /v1/admin/status``)."""
+        readiness = self._readiness
+        ready = readiness is not None and all(readiness().values())
+        return node_snapshot(self.metrics, providers.recent, providers.statistics(), ready=ready)
 
     def _api_context(self, db: Database, providers: Providers) -> ApiContext:
         def readiness() -> dict[str, bool]:
@@ -609,6 +671,16 @@ class Daemon:
         def cluster() -> Mapping[str, Any] | None:
             return self.registry.status() if self.registry is not None else None
 
+        self._readiness = readiness
+        config = self.config
+        self.status = StatusSource(
+            node_id=self.node_id,
+            role=config.server.role.value,
+            multi=config.cluster.mode is ClusterMode.MULTI,
+            node_timeout=config.cluster.node_timeout,
+            snapshot=lambda: self._snapshot(providers),
+        )
+
         return ApiContext(
             db=db,
             verifier=TokenVerifier(self.config.auth),
@@ -617,10 +689,13 @@ class Daemon:
             metrics=self.metrics,
             validator=EventValidator(),
             provider_names=providers.names,
+            provider_apps=provider_table.configured_apps(providers),
+            vapid_keys=provider_table.vapid_keys(providers),
             readiness=readiness,
             cluster=cluster,
             catalogue=self.live_catalogue,
-            registration_check=registration_check(providers),
+            registration_check=provider_table.registration_check(providers),
+            status=self.status,
         )
 
 

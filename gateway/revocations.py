@@ -33,26 +33,25 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
-from typing import Any, TypeVar
 
 import trio
 
 from bothy_notify.store import cluster
-from bothy_notify.store.db import Conn, StoreError, connect_dedicated, translated
+from bothy_notify.store.listen import (
+    Listener,
+    Listening,
+    Notification,
+    delivering,
+    reconnect_backoff,
+)
 from bothy_notify.store.projections import REVOKED_CHANNEL, USER_DEACTIVATED_CHANNEL
 from gateway import queries
 from gateway.hub import Hub
 from gateway.protocol import DEACTIVATED, REVOKED
 
 log = logging.getLogger("bothy.gateway.revocations")
-
-T = TypeVar("T")
-
-WAIT_SLICE = 0.25
-"""Longest single wait in the worker thread, so cancellation is seen within this time."""
 
 
 class RevocationListener:
@@ -61,8 +60,8 @@ class RevocationListener:
     Args:
         database_url: for the dedicated ``LISTEN`` connection (never logged).
         hub: the connections to close.
-        retry_interval: wait before reconnecting after a lost connection
-            (``notify.poll_interval``).
+        retry_interval: the first wait before reconnecting after a lost connection
+            (``notify.poll_interval``, doubling to 5 s: :func:`reconnect_backoff`).
         node_id: this node's id in a cluster (``None``: a single node, no
             replacement across nodes).
     """
@@ -75,57 +74,48 @@ class RevocationListener:
         retry_interval: timedelta,
         node_id: str | None = None,
     ) -> None:
-        self._url = database_url
         self._hub = hub
         self._node_id = node_id
-        self._retry = retry_interval.total_seconds()
-        self._limiter = trio.CapacityLimiter(1)
+        channels = [REVOKED_CHANNEL, USER_DEACTIVATED_CHANNEL]
+        if node_id is not None:
+            channels.append(cluster.REPLACED_CHANNEL)
+        self.listener = Listener(
+            database_url,
+            channels,
+            name="revocations",
+            reconnect=reconnect_backoff(retry_interval.total_seconds()),
+            catch_up=self._catch_up,
+        )
 
     def __repr__(self) -> str:
         return "RevocationListener()"
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen until cancelled, reconnecting after a lost connection.
+        """Listen until cancelled, reconnecting after a lost connection
+        (:class:`~bothy_notify.store.listen.Listener`).
 
         ``task_status.started()`` is called once ``LISTEN`` is in effect.
-        Cancellation: the current wait (at most :data:`WAIT_SLICE`) ends first,
-        then the connection closes.
+        Cancellation: the wait ends at once, then the connection closes.
         """
-        started = False
-        while True:
-            conn: Conn | None = None
-            try:
-                conn = await self._thread(connect_dedicated, self._url)
-                await self._thread(conn.execute, f"LISTEN {REVOKED_CHANNEL}")
-                await self._thread(conn.execute, f"LISTEN {USER_DEACTIVATED_CHANNEL}")
-                if self._node_id is not None:
-                    await self._thread(conn.execute, f"LISTEN {cluster.REPLACED_CHANNEL}")
-                if not started:
-                    started = True
-                    task_status.started()
-                connected = self._hub.devices()
-                for user_id, device_id in await self._thread(
-                    queries.revoked_among, conn, connected
-                ):
-                    self._hub.close_device(user_id, device_id, REVOKED)
-                people = self._hub.user_ids()
-                for user_id in await self._thread(queries.inactive_among, conn, people):
-                    self._hub.close_user(user_id, DEACTIVATED)
-                if self._node_id is not None:
-                    for user_id, device_id, serial in await self._thread(
-                        partial(cluster.replaced_here, conn, node_id=self._node_id)
-                    ):
-                        self._hub.close_replaced(user_id, device_id, serial)
-                while True:
-                    for channel, payload in await self._thread(_wait_notifies, conn):
-                        self._apply(channel, payload)
-            except StoreError:
-                log.warning("revocation listener lost its database connection; reconnecting")
-                await trio.sleep(self._retry)
-            finally:
-                if conn is not None:
-                    with trio.CancelScope(shield=True):
-                        await self._thread(conn.close)
+        await self.listener.run(delivering(self._apply_all), task_status=task_status)
+
+    async def _catch_up(self, listening: Listening) -> None:
+        """After every (re)connection: what the notifications said while nobody
+        listened, asked of the database for the connections here now."""
+        connected = self._hub.devices()
+        for user_id, device_id in await listening.run(queries.revoked_among, connected):
+            self._hub.close_device(user_id, device_id, REVOKED)
+        people = self._hub.user_ids()
+        for user_id in await listening.run(queries.inactive_among, people):
+            self._hub.close_user(user_id, DEACTIVATED)
+        if self._node_id is not None:
+            replaced = await listening.run(partial(cluster.replaced_here, node_id=self._node_id))
+            for user_id, device_id, serial in replaced:
+                self._hub.close_replaced(user_id, device_id, serial)
+
+    def _apply_all(self, notifications: list[Notification]) -> None:
+        for note in notifications:
+            self._apply(note.channel, note.payload)
 
     def _apply(self, channel: str, payload: str) -> None:
         if channel == USER_DEACTIVATED_CHANNEL:
@@ -136,9 +126,6 @@ class RevocationListener:
                 self._hub.close_replaced(*replaced[1:])
         elif (key := revoked_device(payload)) is not None:
             self._hub.close_device(*key, REVOKED)
-
-    async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(translated(fn), *args, limiter=self._limiter)
 
 
 def revoked_device(payload: str) -> tuple[str, str] | None:
@@ -176,8 +163,3 @@ def replaced_connection(payload: str) -> tuple[str, str, str, int] | None:
             return node, user, device, serial
     log.warning("a replacement notification without a node, device and serial was ignored")
     return None
-
-
-def _wait_notifies(conn: Conn) -> list[tuple[str, str]]:
-    """``(channel, payload)`` of the notifications that arrive within :data:`WAIT_SLICE`."""
-    return [(n.channel, n.payload) for n in conn.notifies(timeout=WAIT_SLICE, stop_after=1)]

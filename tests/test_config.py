@@ -4,13 +4,16 @@ and every bad input stops startup with a message naming the key."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import re
 import socket
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, get_args, get_type_hints
+from typing import Any, get_args, get_origin, get_type_hints
 
+import cattrs
 import pytest
 import tomlkit
 from jsonschema import Draft202012Validator
@@ -20,6 +23,8 @@ from bothy_notify.config import (
     Config,
     ConfigError,
     Secret,
+    _make_converter,
+    _meta,
     default_data_dir,
     format_duration,
     iter_keys,
@@ -28,6 +33,7 @@ from bothy_notify.config import (
     parse_duration,
     resolve_store_secrets,
 )
+from bothy_notify.config_schema import _object, schema_text
 from tests.support.repo import CONFIG_DIR, SCHEMA_DIR
 
 EXAMPLE = CONFIG_DIR / "bothy-notify.example.toml"
@@ -68,6 +74,13 @@ def example_keys() -> set[str]:
         if assignment:
             keys.add(f"{section}.{assignment.group(1)}" if section else assignment.group(1))
     return keys
+
+
+def test_the_schema_file_is_generated_from_the_definitions() -> None:
+    # The definitions in bothy_notify/config.py are the one table of keys;
+    # `make schemas` writes the file from them.
+    written = (SCHEMA_DIR / "config.schema.json").read_text(encoding="utf-8")
+    assert written == schema_text(), "schemas/config.schema.json is stale: run `make schemas`"
 
 
 def test_loader_example_and_schema_name_the_same_keys() -> None:
@@ -126,7 +139,8 @@ def path_keys() -> set[str]:
                 a for a in (t, *get_args(t)) if isinstance(a, type) and dataclasses.is_dataclass(a)
             ]
             if inner:
-                walk(inner[0], f"{prefix}{f.name}.")
+                mapping = get_origin(t) is Mapping
+                walk(inner[0], f"{prefix}{f.name}.{'*.' if mapping else ''}")
             elif f.metadata.get("path"):
                 keys.add(prefix + f.name)
 
@@ -142,6 +156,8 @@ def test_the_schema_marks_exactly_the_path_keys_of_the_loader() -> None:
             if sub.get("x-path"):
                 marked.add(prefix + name)
             walk(sub, f"{prefix}{name}.")
+            if isinstance(sub.get("additionalProperties"), dict):
+                walk(sub["additionalProperties"], f"{prefix}{name}.*.")
 
     walk(SCHEMA, "")
     assert marked == path_keys()
@@ -287,7 +303,7 @@ def test_store_secrets_resolve_at_start_and_a_missing_one_names_the_key() -> Non
     config = load_config_text(text, env={})
     stored = {"fcm-sa": "{json}"}
     resolved = resolve_store_secrets(config, stored.get)
-    assert resolved.push.fcm is not None
+    assert resolved.push.fcm is not None and resolved.push.fcm.service_account is not None
     assert resolved.push.fcm.service_account.reveal() == "{json}"
     with pytest.raises(ConfigError) as error:
         resolve_store_secrets(config, lambda _name: None)
@@ -381,3 +397,55 @@ def test_run_with_processes_names_a_port_it_cannot_share(
         config.write_text(f'[server]\napi_listen = "127.0.0.1:{port}"\nprocesses = 2\n')
         assert main(["run", "--config", str(config)]) == 1
     assert f"server.api_listen: cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+class Urgency(enum.StrEnum):
+    LOW = "low"
+    HIGH = "high"
+
+
+@dataclasses.dataclass(frozen=True)
+class NewSection:
+    """A section as another package adds one (notify.urgency, sync.ops_per_second)."""
+
+    urgency: Urgency = dataclasses.field(default=Urgency.LOW, metadata=_meta("how urgent"))
+    rate: float = dataclasses.field(
+        default=10.0, metadata=_meta("ops per second", min=0.5, max=1000)
+    )
+
+
+def test_a_key_of_a_new_enum_or_a_float_needs_only_its_field() -> None:
+    # Structured, checked and described from its field alone.
+    conv = _make_converter({})
+    assert conv.structure({"urgency": "high", "rate": 2}, NewSection) == NewSection(
+        Urgency.HIGH, 2.0
+    )
+    for bad, message in (
+        ({"urgency": "x"}, "expected one of: low, high"),
+        ({"rate": "2"}, "a number"),
+    ):
+        with pytest.raises(cattrs.BaseValidationError) as error:
+            conv.structure(bad, NewSection)
+        assert message in str(error.value.exceptions[0])
+    assert _object(NewSection)["properties"] == {
+        "urgency": {
+            "description": "how urgent",
+            "type": "string",
+            "enum": ["low", "high"],
+            "default": "low",
+        },
+        "rate": {
+            "description": "ops per second",
+            "type": "number",
+            "minimum": 0.5,
+            "maximum": 1000,
+            "default": 10.0,
+        },
+    }
+
+
+def test_the_app_id_form_of_the_configuration_is_the_id_form_of_the_daemon() -> None:
+    from bothy_notify import config as config_module
+    from bothy_notify.kernel.ids import ID_PATTERN
+
+    assert config_module.APP_ID_PATTERN == ID_PATTERN

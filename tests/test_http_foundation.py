@@ -177,7 +177,7 @@ async def test_registration_creates_the_device_and_a_revoked_device_is_refused(
         ({"provider": "fake", "token": "x", "colour": "red"}, "colour: unknown field"),
         (
             {"provider": "fake", "token": "x", "signing_key": base64.b64encode(b"k" * 32).decode()},
-            "signing_key: only webhooks take a signing key",
+            "signing_key: only webhook registrations take it",
         ),
     ],
 )

@@ -210,9 +210,9 @@ async def test_a_send_that_gives_up_counts_failed_in_push_sends(launch: Launch) 
     provider.script("tok", *[Outcome.transient("http_503")] * 3)
     await send_and_finish(node, 1)
     sends = "bothy_push_sends_total"
-    assert counted(node, sends, provider="fake", outcome="transient") == 2
-    assert counted(node, sends, provider="fake", outcome="failed") == 1
-    assert counted(node, sends, provider="fake", outcome="delivered") == 1  # Pat's
+    assert counted(node, sends, provider="fake", outcome="transient", app="default") == 2
+    assert counted(node, sends, provider="fake", outcome="failed", app="default") == 1
+    assert counted(node, sends, provider="fake", outcome="delivered", app="default") == 1  # Pat's
     (job,) = [j for j in await node.jobs("notify.push_send") if j["state"] == "failed"]
     assert job["attempt"] == 3
 
@@ -471,4 +471,7 @@ async def test_a_ten_minute_provider_outage_invalidates_none_of_a_thousand_regis
     )
     assert rows == [(0, 0)]
     assert counted(node, "bothy_registrations_total", action="invalidated") == 0
-    assert counted(node, "bothy_push_sends_total", provider="fake", outcome="failed") == 4 * PEOPLE
+    assert (
+        counted(node, "bothy_push_sends_total", provider="fake", outcome="failed", app="default")
+        == 4 * PEOPLE
+    )

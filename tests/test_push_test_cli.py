@@ -2,26 +2,29 @@
 
 from __future__ import annotations
 
-import contextlib
+import base64
 import io
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-import trio
 import trustme
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from bothy_notify import commands
+from bothy_notify.cli import main
 from bothy_notify.config import ConfigError, structure_config
+from bothy_notify.push import webpush
+from bothy_notify.push.port import Registrant
 from bothy_notify.store import registrations as regs
+from bothy_notify.store import secrets as secret_store
 from tests.harness import make_config
 from tests.push.fake_apns import Answer, FakeApns
+from tests.push.fake_webpush import FakePushService
+from tests.support.threaded import served_in_a_thread
 
 APNS_TOKEN = "ab" * 32
 
@@ -110,36 +113,17 @@ def test_push_test_exits_zero_when_everything_was_delivered(database_url: str) -
     assert code == 0 and printed.strip().endswith("1 of 1 delivered")
 
 
-@contextlib.contextmanager
-def apns_in_a_thread(ca: trustme.CA, key: ec.EllipticCurvePrivateKey) -> Iterator[FakeApns]:
+def apns_in_a_thread(ca: trustme.CA, key: ec.EllipticCurvePrivateKey) -> Any:
     """A fake APNs served by its own Trio run in a thread (``push test`` runs Trio itself)."""
-    ready, stop = threading.Event(), threading.Event()
-    found: list[FakeApns] = []
-
-    async def serve() -> None:
-        fake = FakeApns(
+    return served_in_a_thread(
+        lambda: FakeApns(
             ca=ca,
             public_key=key.public_key(),
             key_id="KEY123ABCD",
             team_id="TEAM12345X",
             topic="com.example.chat",
         )
-        async with trio.open_nursery() as nursery:
-            await nursery.start(fake.serve)
-            found.append(fake)
-            ready.set()
-            while not stop.is_set():
-                await trio.sleep(0.01)
-            nursery.cancel_scope.cancel()
-
-    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
-        yield found[0]
-    finally:
-        stop.set()
-        thread.join(10)
+    )
 
 
 def apns_config(database_url: str, endpoint: str, ca_file: str, key_ref: str) -> dict[str, Any]:
@@ -204,3 +188,77 @@ def test_push_test_names_the_key_of_a_malformed_stored_credential(
     with pytest.raises(ConfigError, match=r"push\.apns\.key") as caught:
         run(config)
     assert "definitely-not-a-key" not in str(caught.value)
+
+
+def push_service_in_a_thread(ca: trustme.CA, server_key: str) -> Any:
+    """A fake push service served by its own Trio run in a thread."""
+    return served_in_a_thread(
+        lambda: FakePushService(ca=ca, server_key=server_key, hosts=("127.0.0.1",))
+    )
+
+
+def test_vapid_generate_stores_the_key_and_push_test_sends_web_push_with_it(
+    database_url: str, tmp_path: Path
+) -> None:
+    config_file = tmp_path / "bothy.toml"
+    config_file.write_text(f'[database]\nurl = "{database_url}"\n')
+    out = io.StringIO()
+    assert main(["vapid", "generate", "--config", str(config_file)], stdout=out) == 0
+    printed = out.getvalue()
+    public = printed.strip().splitlines()[-1]
+    assert len(base64.urlsafe_b64decode(public + "=")) == 65  # an uncompressed P-256 point
+    assert "PRIVATE" not in printed and 'vapid_private_key = "secret:vapid"' in printed
+    with psycopg.connect(database_url) as conn:
+        assert secret_store.get(conn, "vapid") is not None
+
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    with push_service_in_a_thread(ca, public) as fake:
+        browser = fake.subscribe("laptop", host="127.0.0.1")
+        found = webpush.registrant({"subscription": browser.subscription()})
+        assert isinstance(found, Registrant)
+        with psycopg.connect(database_url) as conn:
+            registration_id = regs.upsert(
+                conn,
+                user_id="alex",
+                device_id="laptop",
+                provider="webpush",
+                token=found.token,
+                environment=None,
+                app_id=None,
+                signing_key=found.secret,
+                now=datetime.now(UTC),
+            ).registration.id
+        config = structure_config(
+            {
+                "database": {"url": database_url},
+                "push": {
+                    "webpush": {
+                        "vapid_private_key": "secret:vapid",
+                        "subject": "mailto:ops@example.com",
+                        "allowed_endpoints": ["127.0.0.1"],
+                        "allow_private_addresses": True,
+                        "ca_file": str(ca_file),
+                    }
+                },
+            },
+            env={},
+        )
+        code, report = run(config)
+
+    assert code == 0, report
+    assert f"registration {registration_id} (webpush): delivered" in report
+    (push,) = fake.delivered()
+    assert push.payload["kind"] == "test"  # decrypted with the browser's own key
+    assert fake.violations == []
+    assert "laptop" not in report
+
+
+def test_vapid_generate_again_retires_the_previous_key(database_url: str) -> None:
+    config = make_config(database={"url": database_url})
+    first, second = io.StringIO(), io.StringIO()
+    commands.vapid_generate_command(config, "vapid-web", first)
+    commands.vapid_generate_command(config, "vapid-web", second)
+    assert first.getvalue().splitlines()[-1] != second.getvalue().splitlines()[-1]
+    assert "the previous key was retired" in second.getvalue()

@@ -35,6 +35,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bothy_notify.api import (
+    admin,
     catalogue,
     document,
     events,
@@ -139,6 +140,7 @@ DEVICE_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/v1/preferences", preferences.get_preferences, ["GET"]),
     ("/v1/preferences", preferences.put_preferences, ["PUT"]),
     ("/v1/catalogue", catalogue.get_catalogue, ["GET"]),
+    ("/v1/webpush/key", registrations.get_webpush_key, ["GET"]),
 ]
 PRODUCER_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/v1/events", events.post_events, ["POST"]),
@@ -153,6 +155,15 @@ TOPIC_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/v1/recipients/subscriptions", recipients.post_subscriptions, ["POST"]),
 ]
 """Topic mode (docs/topics.md): a device or a producer token, and the recipient's secret."""
+ADMIN_ROUTES: list[tuple[str, Handler, list[str]]] = [
+    ("/admin", admin.get_page, ["GET"]),
+    ("/admin/admin.css", admin.get_css, ["GET"]),
+    ("/admin/admin.js", admin.get_js, ["GET"]),
+    ("/v1/admin/status", admin.get_status, ["GET"]),
+    ("/v1/admin/dead-letters/retry", admin.post_retry, ["POST"]),
+    ("/v1/admin/dead-letters/discard", admin.post_discard, ["POST"]),
+]
+"""The operator's status page (docs/operations.md): tokens of scope admin:read / admin:write."""
 OPERATOR_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/healthz", ops.healthz, ["GET"]),
     ("/readyz", ops.readyz, ["GET"]),
@@ -173,6 +184,7 @@ def build_app(
             DEVICE_ROUTES
             + PRODUCER_ROUTES
             + TOPIC_ROUTES
+            + ADMIN_ROUTES
             + DOCUMENT_ROUTES
             + (extra_routes or [])
             + table

@@ -13,6 +13,7 @@ import trio
 from starlette.requests import Request
 
 from bothy_notify.api.errors import ApiError, bad_json, body_timeout, too_large
+from bothy_notify.api.status import StatusSource
 from bothy_notify.auth import AuthError, DeviceClaims, ProducerClaims, TokenVerifier
 from bothy_notify.config import Config
 from bothy_notify.kernel import strict_json
@@ -30,10 +31,14 @@ class ApiContext:
 
     ``readiness`` answers which parts of this node are running (``/readyz``);
     ``cluster`` what this node sees of its cluster (``None`` on a single node).
-    ``registration_check`` validates a registration for its provider
-    (returns the bad field and problem, or ``None``). ``catalogue`` is the
+    ``provider_names`` are the configured providers and ``provider_apps`` their
+    configured app ids (a provider absent or with none has one default app):
+    the registration API and the OpenAPI document's enumerations read them.
+    ``registration_check`` validates a registration's token for its provider and
+    app, ``(provider, app_id, token)`` (returns the bad field and problem, or
+    ``None``). ``catalogue`` is the
     source of the kind catalogue served by ``GET /v1/catalogue`` (refreshed
-    per request).
+    per request). ``status`` serves the operator's status page (``None``: 404).
     """
 
     db: Database
@@ -43,11 +48,15 @@ class ApiContext:
     metrics: Metrics
     validator: EventValidator
     provider_names: frozenset[str]
+    provider_apps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    vapid_keys: Mapping[str, str] = field(default_factory=dict)
+    """Web Push's VAPID public keys (base64url) by app id (``""``: the one default app)."""
     readiness: Callable[[], Mapping[str, bool]] = field(default=lambda: {})
     cluster: Callable[[], Mapping[str, Any] | None] = field(default=lambda: None)
     registration_check: Callable[..., Awaitable[tuple[str, str] | None]] | None = None
     catalogue: CatalogueSource = field(default_factory=FixedCatalogue)
     extras: dict[str, Any] = field(default_factory=dict)
+    status: StatusSource | None = None
 
     def __repr__(self) -> str:
         return "ApiContext()"

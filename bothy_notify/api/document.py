@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -77,20 +77,11 @@ def enumerations(ctx: ApiContext) -> Enumerations:
         categories=known_categories(ctx),
         app_categories=tuple(ctx.config.notify.categories),
         providers=ctx.provider_names,
-        apps=configured_apps(ctx.config.push, ctx.provider_names),
+        apps=tuple(
+            (name, tuple(sorted(ids))) for name, ids in sorted(ctx.provider_apps.items()) if ids
+        ),
         max_batch_events=ctx.config.server.max_batch_events,
     )
-
-
-def configured_apps(push: object, providers: Iterable[str]) -> AppsByProvider:
-    """The app ids of each provider block that configures ``apps``
-    (``[push.<provider>.apps.<app_id>]``), by provider name."""
-    found = []
-    for name in sorted(providers):
-        apps = getattr(getattr(push, name, None), "apps", None)
-        if isinstance(apps, Mapping) and apps:
-            found.append((name, tuple(sorted(str(app) for app in apps))))
-    return tuple(found)
 
 
 async def get_openapi(ctx: ApiContext, request: Request) -> Response:

@@ -15,9 +15,16 @@ async def healthz(ctx: ApiContext, request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-async def readyz(ctx: ApiContext, request: Request) -> JSONResponse:
-    checks = {"database": await ctx.db.ping()}
+async def readiness_checks(ctx: ApiContext, *, share: bool = True) -> dict[str, bool]:
+    """The checks of ``/readyz``: the database's ping and every part of the node
+    (``share``: see :meth:`~bothy_notify.store.db.Database.ping`)."""
+    checks = {"database": await ctx.db.ping(share=share)}
     checks.update(ctx.readiness())
+    return checks
+
+
+async def readyz(ctx: ApiContext, request: Request) -> JSONResponse:
+    checks = await readiness_checks(ctx)
     ready = all(checks.values())
     body: dict[str, Any] = {"status": "ready" if ready else "not_ready", "checks": checks}
     cluster = ctx.cluster()

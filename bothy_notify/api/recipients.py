@@ -18,8 +18,9 @@ order  condition                                            status  code / messa
 4      the secret's SHA-256 differs from the stored hash    403     permission_denied /
        (compared in constant time)                                  recipient secret is
                                                                     not valid
-5      register: the channel has no ``[push.*]`` block      409     failed_precondition /
-                                                                    channel is not configured
+5      register: the channel has no ``[push.*]`` block,     409     failed_precondition /
+       or its block has ``apps`` (a recipient has no               channel is not configured
+       ``app_id`` to choose one)
 6      register: the webhook URL is not https, its host is  400     invalid_argument /
        not allowed, or it resolves to a blocked address             webhook url is not
                                                                     allowed
@@ -43,8 +44,7 @@ recipient row alone; unregister answers 204.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
 from typing import Any, NoReturn, TypeVar
@@ -54,16 +54,15 @@ from starlette.responses import JSONResponse, Response
 
 from bothy_notify.api.context import ApiContext, device_claims, producer_claims, read_json
 from bothy_notify.api.errors import ApiError
-from bothy_notify.api.registrations import webhook_url
+from bothy_notify.push.port import TopicDelivery
+from bothy_notify.push.providers import PROVIDERS, topic_channels
 from bothy_notify.store import topics as store
 from bothy_notify.store.db import StoreUnavailable
 from bothy_notify.topics.model import (
-    CHANNELS,
     HMAC_KEY_BYTES,
     MAX_HMAC_KEYS,
     RECIPIENT_ID_BYTES,
     RECIPIENT_SECRET_BYTES,
-    SIGNING_KEY_BYTES,
     hmac_pads,
     secret_hash,
     topic_is_valid,
@@ -76,15 +75,10 @@ MALFORMED = "request is malformed"
 NOT_REGISTERED = "recipient is not registered"
 BAD_SECRET = "recipient secret is not valid"  # noqa: S105 - a constant message
 NOT_CONFIGURED = "channel is not configured"
-URL_NOT_ALLOWED = "webhook url is not allowed"
-KEY_LENGTH = "webhook signing key length is not allowed"
 SUBSCRIPTION_MALFORMED = "subscription is malformed"
 TOPIC_LIMIT = "recipient topic limit reached"
 UNAVAILABLE = "the database is unavailable"
 
-_TOKEN = re.compile(r"^[\x21-\x7e]{1,4096}$")
-_APNS_TOKEN = re.compile(r"^[0-9a-fA-F]{64,200}$")
-_ENVIRONMENTS = ("sandbox", "production")
 _REGISTER_FIELDS = frozenset(
     {"recipient_id", "recipient_secret", "channel", "token", "environment", "url", "signing_key"}
 )
@@ -183,40 +177,20 @@ def _state(ctx: ApiContext, state: store.RecipientState) -> JSONResponse:
 # ---------------------------------------------------------------- register
 
 
-def _delivery(body: dict[str, Any]) -> tuple[str, str, str | None, bytes | None]:
-    """(channel, token or URL, environment, signing key) as far as check 2 goes."""
+def _delivery(body: dict[str, Any]) -> tuple[str, TopicDelivery]:
+    """(channel, what the channel read: token or URL, environment, signing key) as far
+    as check 2 goes; the channels and how each is given are the provider table's."""
     if any(value is None for value in body.values()):  # a member is a value or absent
         _malformed()
     channel = body.get("channel")
-    if channel not in CHANNELS:
+    if not isinstance(channel, str) or channel not in topic_channels():
         _malformed()
-    token, url = body.get("token"), body.get("url")
-    environment, key_text = body.get("environment"), body.get("signing_key")
-    if channel == "webhook":
-        if token is not None or environment is not None:
-            _malformed()
-        if url is not None and not isinstance(url, str):
-            _malformed()
-        key = b""
-        if key_text is not None:
-            decoded = unb64(key_text)
-            if decoded is None:
-                _malformed()
-            key = decoded
-        return channel, url or "", None, key
-    if url is not None or key_text is not None:
+    parse = PROVIDERS[channel].topic_delivery
+    assert parse is not None
+    delivery = parse(body)
+    if delivery is None:
         _malformed()
-    if not isinstance(token, str) or not _TOKEN.fullmatch(token):
-        _malformed()
-    if channel == "apns":
-        if not _APNS_TOKEN.fullmatch(token):
-            _malformed()
-        if environment is not None and environment not in _ENVIRONMENTS:
-            _malformed()
-        return channel, token, environment or "production", None
-    if environment is not None:
-        _malformed()
-    return channel, token, None, None
+    return channel, delivery
 
 
 async def post_register(ctx: ApiContext, request: Request) -> JSONResponse:
@@ -224,22 +198,28 @@ async def post_register(ctx: ApiContext, request: Request) -> JSONResponse:
     await _authenticate(ctx, request)
     body = await _body(ctx, request)
     who = _identity(body, _REGISTER_FIELDS)
-    channel, delivery, environment, key = _delivery(body)
+    channel, delivery = _delivery(body)
     problem = await _db(ctx, lambda c: store.secret_check(c, who.recipient_id, who.secret_hash))
     if problem is store.Refusal.WRONG_SECRET:
         _refusal(problem)
-    if channel not in ctx.provider_names:
+    if channel not in ctx.provider_names or ctx.provider_apps.get(channel):
+        # A block with apps has no app for a recipient: topic mode carries no app_id.
         _refuse(409, "failed_precondition", NOT_CONFIGURED)
-    if channel == "webhook":
-        if not webhook_url(delivery):
-            _refuse(400, "invalid_argument", URL_NOT_ALLOWED)
-        if ctx.registration_check is not None:
-            check: Callable[..., Awaitable[tuple[str, str] | None]] = ctx.registration_check
-            if await check("webhook", delivery) is not None:
-                _refuse(400, "invalid_argument", URL_NOT_ALLOWED)
-        if key is None or not SIGNING_KEY_BYTES[0] <= len(key) <= SIGNING_KEY_BYTES[1]:
-            _refuse(400, "invalid_argument", KEY_LENGTH)
-    config = store.DeliveryConfig(channel, delivery, environment, key)
+    refusal = PROVIDERS[channel].topic_refusal
+    if refusal is not None:
+        registration_check = ctx.registration_check
+
+        async def check(token: str) -> tuple[str, str] | None:
+            if registration_check is None:
+                return None
+            return await registration_check(channel, None, token)
+
+        message = await refusal(delivery, check)
+        if message is not None:
+            _refuse(400, "invalid_argument", message)
+    config = store.DeliveryConfig(
+        channel, delivery.token, delivery.environment, delivery.signing_key
+    )
     now = ctx.clock.now()
     result = await _db(
         ctx, lambda c: store.register(c, who.recipient_id, who.secret_hash, config, now)

@@ -12,11 +12,8 @@ capped per provider (:data:`TOKEN_MAX`, 422 naming the field). Counts
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -24,45 +21,57 @@ from starlette.responses import JSONResponse, Response
 from bothy_notify.api.context import ApiContext, device_claims, read_json
 from bothy_notify.api.errors import ApiError, invalid
 from bothy_notify.kernel.ids import is_valid_id
+from bothy_notify.push.port import Refusal, Registrant
+from bothy_notify.push.providers import PROVIDERS, REGISTRATION_FIELDS, entry
 from bothy_notify.store import registrations as regs
 
 ENVIRONMENTS = ("sandbox", "production")
-TOKEN_MAX = {"apns": 200, "fcm": 4096, "webhook": 2048, "fake": 4096}
-"""Longest token per provider: APNs device tokens are hex of 64 bytes today (200
-leaves room), FCM registration tokens are a few hundred characters (4096 as
-Firebase allows), webhook URLs 2048 (what browsers and proxies reliably carry)."""
-_TOKEN_MAX_OTHER = 4096
-_APNS_TOKEN = re.compile(r"^[0-9a-fA-F]{64,200}$")
-_PLAIN_TOKEN = re.compile(r"^[\x21-\x7e]{1,4096}$")
+TOKEN_MAX = {name: e.token_max for name, e in PROVIDERS.items()}
+"""Longest token per provider (the provider table's): APNs device tokens are hex of 64
+bytes today (200 leaves room), FCM registration tokens are a few hundred characters
+(4096 as Firebase allows), webhook URLs and Web Push endpoints 2048 (what browsers
+and proxies reliably carry)."""
 LIMIT_REACHED = (
     "this person holds the most push registrations allowed"
     " (push.max_registrations_per_person); delete one first"
 )
-_FIELDS = {"provider", "token", "environment", "app_id", "signing_key"}
+TAKEN = (
+    "this push subscription is registered by another person; it never moves between"
+    " people: unsubscribe in the browser and subscribe again for a new endpoint"
+)
+UNKNOWN_APP = "app_id: not one of this provider's configured apps"
+_FIELDS = {"provider", "app_id", "environment", *REGISTRATION_FIELDS}
 
 
 async def post_registration(ctx: ApiContext, request: Request) -> JSONResponse:
     claims = await device_claims(ctx, request)
     body = await read_json(request, ctx.config.server.max_body_bytes)
-    fields = await _validate(ctx, body)
+    provider, app_id, found = await _validate(ctx, body)
+    spec = entry(provider)
     now = ctx.clock.now()
+    if found.expires_at is not None and found.expires_at <= now:
+        raise invalid("subscription.expirationTime", "already past")
     try:
         result = await ctx.db.run(
             lambda c: regs.upsert(
                 c,
                 user_id=claims.user_id,
                 device_id=claims.device_id,
-                provider=fields["provider"],
-                token=fields["token"],
-                environment=fields.get("environment"),
-                app_id=fields.get("app_id"),
-                signing_key=fields.get("signing_key"),
+                provider=provider,
+                token=found.token,
+                environment=found.environment,
+                app_id=app_id,
+                signing_key=found.secret,
+                expires_at=found.expires_at,
+                moves=spec.moves,
                 now=now,
                 max_per_person=ctx.config.push.max_registrations_per_person,
             )
         )
     except regs.RegistrationLimitReached:
         raise ApiError(409, "too_many_registrations", LIMIT_REACHED) from None
+    except regs.RegistrationTaken:
+        raise ApiError(409, "registration_taken", TAKEN) from None
     metrics = ctx.metrics
     metrics.registration("deleted", result.evicted)
     if result.change in (regs.Change.CREATED, regs.Change.MOVED):
@@ -87,7 +96,26 @@ async def delete_registration(ctx: ApiContext, request: Request) -> Response:
     return Response(status_code=204)
 
 
-async def _validate(ctx: ApiContext, body: Any) -> dict[str, Any]:
+NOT_CONFIGURED = "Web Push is not configured on this server ([push.webpush])"
+
+
+async def get_webpush_key(ctx: ApiContext, request: Request) -> JSONResponse:
+    """``GET /v1/webpush/key[?app_id=]``: the VAPID public key a page subscribes with
+    (``applicationServerKey``), base64url. No token: the key is public. With
+    ``[push.webpush.apps]`` the ``app_id`` names the app (422 ``unknown_app``)."""
+    if not ctx.vapid_keys:
+        raise ApiError(404, "not_configured", NOT_CONFIGURED)
+    key = ctx.vapid_keys.get("")
+    if key is None:
+        key = ctx.vapid_keys.get(request.query_params.get("app_id") or "")
+        if key is None:
+            raise ApiError(422, "unknown_app", UNKNOWN_APP)
+    return JSONResponse({"public_key": key}, headers={"cache-control": "public, max-age=300"})
+
+
+async def _validate(ctx: ApiContext, body: Any) -> tuple[str, str | None, Registrant]:
+    """The provider, the app and what its provider read from the body (every check of
+    SPEC section 9, each 422 naming its field)."""
     if not isinstance(body, dict):
         raise invalid("(body)", "expected an object")
     for name in sorted(set(body) - _FIELDS):
@@ -100,70 +128,34 @@ async def _validate(ctx: ApiContext, body: Any) -> dict[str, Any]:
         raise invalid("provider", "required")
     if not isinstance(provider, str) or provider not in ctx.provider_names:
         raise invalid("provider", "not a configured provider")
-    token = body.get("token")
-    if token is None:
-        raise invalid("token", "required")
-    if not isinstance(token, str) or not token:
-        raise invalid("token", "expected a non-empty string")
-    limit = TOKEN_MAX.get(provider, _TOKEN_MAX_OTHER)
-    if len(token) > limit:
-        raise invalid("token", f"longer than {limit} characters, the limit for {provider}")
+    spec = entry(provider)
+    for name in sorted(set(body) & REGISTRATION_FIELDS - spec.fields):
+        takers = sorted(n for n, e in PROVIDERS.items() if name in e.fields)
+        raise invalid(name, f"only {', '.join(takers)} registrations take it")
+    if "token" in spec.fields:
+        token = body.get("token")
+        if token is None:
+            raise invalid("token", "required")
+        if not isinstance(token, str) or not token:
+            raise invalid("token", "expected a non-empty string")
+        if len(token) > spec.token_max:
+            raise invalid(
+                "token", f"longer than {spec.token_max} characters, the limit for {provider}"
+            )
     environment = body.get("environment")
     if environment is not None and environment not in ENVIRONMENTS:
         raise invalid("environment", "expected sandbox or production")
     app_id = body.get("app_id")
     if app_id is not None and not is_valid_id(app_id):
         raise invalid("app_id", "does not have the required form")
-    signing_key = body.get("signing_key")
-    if provider == "apns":
-        if not _APNS_TOKEN.fullmatch(token):
-            raise invalid("token", "expected an APNs device token (hex)")
-        environment = environment or "production"
-    elif provider == "webhook":
-        if not webhook_url(token):
-            raise invalid("token", "expected an https URL without credentials or fragment")
-        if signing_key is None:
-            raise invalid("signing_key", "required for a webhook")
-        if not isinstance(signing_key, str) or not 16 <= len(_b64(signing_key)) <= 64:
-            raise invalid("signing_key", "expected base64 of 16 to 64 bytes")
-    elif not _PLAIN_TOKEN.fullmatch(token):
-        raise invalid("token", "does not have the required form")
-    if provider != "webhook" and signing_key is not None:
-        raise invalid("signing_key", "only webhooks take a signing key")
+    found = spec.registrant(body)
+    if isinstance(found, Refusal):
+        raise invalid(found.field, found.problem)
+    apps = ctx.provider_apps.get(provider, ())
+    if apps and app_id not in apps:
+        raise ApiError(422, "unknown_app", UNKNOWN_APP)
     if ctx.registration_check is not None:
-        problem = await ctx.registration_check(provider, token)
+        problem = await ctx.registration_check(provider, app_id, found.token)
         if problem is not None:
             raise invalid(*problem)
-    out = {"provider": provider, "token": token, "environment": environment, "app_id": app_id}
-    if signing_key is not None:
-        out["signing_key"] = signing_key
-    return out
-
-
-def webhook_url(token: str) -> bool:
-    """A webhook token is an ``https://host[:port]/path?query`` URL of printable ASCII,
-    without user info or fragment (allowed domains and addresses are checked by the
-    provider's registration check)."""
-    if not _PLAIN_TOKEN.fullmatch(token):
-        return False
-    parts = urlsplit(token)
-    try:
-        port_ok = parts.port is None or parts.port > 0
-    except ValueError:
-        return False
-    return (
-        parts.scheme == "https"
-        and bool(parts.hostname)
-        and port_ok
-        and parts.username is None
-        and parts.password is None
-        and not parts.fragment
-    )
-
-
-def _b64(text: str) -> bytes:
-    value = text.removeprefix("whsec_")
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        return b""
+    return provider, app_id, found

@@ -113,8 +113,9 @@ class Metrics:
             self.push_skipped.labels(reason)
         self.push_sends = Counter(
             "bothy_push_sends",
-            "Provider sends by provider and outcome.",
-            ["provider", "outcome"],
+            "Provider sends by provider, outcome and app (an operator-configured app id,"
+            " default for a provider without apps).",
+            ["provider", "outcome", "app"],
             registry=r,
         )
         self.delivery_seconds = Histogram(
@@ -269,6 +270,14 @@ class Metrics:
             " not_renewed).",
             ["cause"],
             registry=r,
+        )
+        self.readiness_check = Gauge(
+            "bothy_readiness_check",
+            "1 while a check of /readyz is true, 0 while it is false, by check (database,"
+            " round, runner, ...); refreshed every few seconds.",
+            ["check"],
+            registry=r,
+            multiprocess_mode="liveall",
         )
         self.catalogue_invalid_files = Gauge(
             "bothy_catalogue_invalid_files",

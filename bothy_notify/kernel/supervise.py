@@ -6,9 +6,9 @@ logged by type (never its message, which may quote a value), counted in
 ``bothy_service_restarts_total{service}``, and the service is started again
 after an exponential backoff (:data:`FIRST_DELAY` doubling up to
 :data:`MAX_DELAY`; a service that then stays up for :data:`MAX_DELAY` starts
-from the first delay again on its next failure). :attr:`Supervised.up` is
-false from the failure until the restart has started, which is what
-``/readyz`` reports.
+from the first delay again on its next failure: :mod:`bothy_notify.kernel.backoff`).
+:attr:`Supervised.up` is false from the failure until the restart has started,
+which is what ``/readyz`` reports.
 
 Only cancellation ends a supervised service from outside; a service that
 returns on its own (for example the job runner after a graceful stop) ends
@@ -27,16 +27,16 @@ from typing import Any
 
 import trio
 
+from bothy_notify.kernel.backoff import RESTART_FIRST, RESTART_MAX, restart_backoff
 from bothy_notify.kernel.metrics import Metrics
 
 log = logging.getLogger("bothy.supervise")
 
-FIRST_DELAY = 0.5
-"""Seconds before the first restart: long enough not to spin on a failure that repeats
-at once, short enough that a one-off costs little."""
-MAX_DELAY = 30.0
-"""Longest wait between restarts, in seconds; also how long a service must stay up for
-its backoff to start again from :data:`FIRST_DELAY`."""
+FIRST_DELAY = RESTART_FIRST
+"""Seconds before the first restart (:data:`~bothy_notify.kernel.backoff.RESTART_FIRST`)."""
+MAX_DELAY = RESTART_MAX
+"""Longest wait between restarts, and how long a service must stay up for its backoff
+to start again from :data:`FIRST_DELAY` (:data:`~bothy_notify.kernel.backoff.RESTART_MAX`)."""
 
 Service = Callable[..., Awaitable[Any]]
 """``async def run(*, task_status)`` of a long-running service."""
@@ -104,8 +104,7 @@ class Supervised:
         self.name = name
         self._service = service
         self._metrics = metrics
-        self._first_delay = first_delay
-        self._max_delay = max_delay
+        self.backoff = restart_backoff(first_delay, max_delay)
         self.up = False
         self.restarts = 0
         self.last_error: str | None = None
@@ -120,7 +119,7 @@ class Supervised:
         a service that fails before its first start is retried like any other
         failure, and ``started`` waits for it. Cancellation cancels the service.
         """
-        delay = self._first_delay
+        retries = self.backoff.retries()
         first = True
         while True:
             began = trio.current_time()
@@ -135,8 +134,7 @@ class Supervised:
                 self.up = False
                 self.restarts += 1
                 self.last_error = error_type(exc)
-                if trio.current_time() - began >= self._max_delay:
-                    delay = self._first_delay
+                delay = retries.failed(up_for=trio.current_time() - began)
                 log.error(
                     "service failed; restarting it",
                     extra={
@@ -148,7 +146,6 @@ class Supervised:
                 if self._metrics is not None:
                     self._metrics.service_restarts.labels(self.name).inc()
                 await trio.sleep(delay)
-                delay = min(delay * 2, self._max_delay)
                 continue
             finally:
                 self.up = False

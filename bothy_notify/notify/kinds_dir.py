@@ -51,7 +51,9 @@ content hashed: the same bytes change nothing. A file modified within
 :data:`RACY_WINDOW_NS` of the scan is read again at the next refresh too, since
 a second write inside the filesystem's timestamp granularity could keep its
 stamp. The catalogue's version is a hash of the content, so removing a file
-brings the version back to what it was before the file came.
+brings the version back to what it was before the file came. A reload (SIGHUP,
+:meth:`LiveCatalogue.reconfigure`) takes a new ``notify.kinds`` and
+``notify.categories`` and reads every app again at once.
 
 Invalid files. The unit of "last good" is the app: an app with any problem
 keeps the entries of its last good state in this process (none if it never had
@@ -373,10 +375,7 @@ class LiveCatalogue:
             for namespace, files in layout.apps.items():
                 changed |= self._take(self._root, namespace, files, racy_before)
             if changed:
-                entries = dict(self._base)
-                for app in self._apps.values():
-                    entries.update((e.kind, e) for e in app.good)
-                self._catalogue = Catalogue.of(entries.values())
+                self._catalogue = self._build()
             problems = [*layout.refused]
             for app in self._apps.values():
                 problems.extend(app.problems)
@@ -402,6 +401,32 @@ class LiveCatalogue:
         while True:
             await trio.sleep(interval)
             await trio.to_thread.run_sync(self.refresh)
+
+    def reconfigure(self, notify: NotifyConfig) -> Catalogue:
+        """Take a new ``notify.kinds`` and ``notify.categories`` (a reload) and read
+        every app of the kinds directory again, as at a start: an app whose files
+        are refused now (a category that was removed) keeps its last good kinds.
+        ``notify.kinds_dir`` itself stays (a new directory needs a restart).
+        Blocking, like :meth:`refresh`; returns the catalogue in use now.
+
+        Raises:
+            ConfigError: the new ``notify.kinds`` is invalid; nothing changed.
+        """
+        base = base_entries(notify)
+        with self._lock:
+            self._base = base
+            self._categories = categories_of(notify)
+            for app in self._apps.values():
+                app.files, app.digest = None, ""  # read and checked again
+            self._catalogue = self._build()
+        return self.refresh()
+
+    def _build(self) -> Catalogue:
+        """The catalogue of the base entries and every app's last good kinds."""
+        entries = dict(self._base)
+        for app in self._apps.values():
+            entries.update((e.kind, e) for e in app.good)
+        return Catalogue.of(entries.values())
 
     def _take(
         self, root: Path, namespace: str, files: tuple[FileStamp, ...], racy_before: int

@@ -48,6 +48,7 @@ from datetime import datetime, timedelta
 from bothy_notify.config import PushConfig
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.push.port import Outcome, OutcomeKind
+from bothy_notify.push.providers import entry
 from bothy_notify.push.transport import LogThrottle
 from bothy_notify.runner import BatchedEffect, Effect
 from bothy_notify.store import registrations as regs
@@ -127,80 +128,18 @@ def send_outcome(outcome: Outcome, *, last_attempt: bool) -> str:
 GENERIC_REJECTION = "the provider refused this message; the registration is kept"
 """Said for a rejection without a hint of its own."""
 
-_HINTS: dict[tuple[str, str], str] = {
-    ("apns", "PayloadTooLarge"): (
-        "the push is larger than APNs accepts (4 KB): check the lengths of the IDs in"
-        " hints (thread, message, target) and of push.apns.alert_title"
-    ),
-    ("apns", "BadTopic"): "check push.apns.bundle_id against the app's bundle id",
-    ("apns", "MissingTopic"): "check push.apns.bundle_id",
-    ("apns", "BadPriority"): "check push.apns.style (background pushes use priority 5)",
-    ("apns", "InvalidPushType"): "check push.apns.style",
-    ("apns", "InvalidProviderToken"): "check push.apns.key, push.apns.key_id and team_id",
-    ("apns", "MissingProviderToken"): "check push.apns.key, push.apns.key_id and team_id",
-    ("apns", "ExpiredProviderToken"): (
-        "APNs refused two fresh provider tokens in a row: check push.apns.key_id,"
-        " push.apns.team_id and this host's clock"
-    ),
-    ("apns", "Forbidden"): "check that the key in push.apns.key may send APNs pushes",
-    ("apns", "malformed_token"): (
-        "a stored APNs token is not a hex device token: the app registered something else"
-    ),
-    ("apns", "unknown_environment"): "a registration names an environment without an APNs host",
-    ("fcm", "INVALID_ARGUMENT"): (
-        "FCM refused the message as malformed: check the payload (every data value a"
-        " string, no reserved key such as from or gcm.*), its size (4 KB) and that the"
-        " token is an FCM registration token"
-    ),
-    ("fcm", "THIRD_PARTY_AUTH_ERROR"): (
-        "the APNs key or certificate in the Firebase project is missing or invalid:"
-        " check the project's Cloud Messaging settings for Apple apps"
-    ),
-    ("fcm", "PERMISSION_DENIED"): (
-        "the service account may not send for this project: check its role and that"
-        " the FCM API is enabled"
-    ),
-    ("fcm", "UNAUTHENTICATED"): ("FCM refused the access token: check push.fcm.service_account"),
-    ("fcm", "token_refused"): (
-        "the token endpoint refused the service account: check push.fcm.service_account"
-        " (the key may be disabled or deleted)"
-    ),
-    ("fcm", "token_unavailable"): "the token endpoint could not be reached",
-    ("fcm", "token_timeout"): "the token endpoint did not answer in time",
-    ("webhook", "private_address"): (
-        "the webhook host resolves to a private or local address, refused unless"
-        " push.webhook.allow_private_addresses"
-    ),
-    ("webhook", "redirect"): (
-        "the receiver answered with a redirect, which is never followed: register the final URL"
-    ),
-    ("webhook", "bad_signing_key"): "a stored signing key is not base64 of 16 to 64 bytes",
-    ("webhook", "http_404"): "the receiver answered 404: check the webhook URL",
-    ("webhook", "http_410"): "the receiver answered 410: check the webhook URL",
-    ("webhook", "http_401"): (
-        "the receiver refused the webhook: check that it verifies the signature with the"
-        " registered signing key"
-    ),
-    ("webhook", "http_403"): (
-        "the receiver refused the webhook: check that it verifies the signature with the"
-        " registered signing key"
-    ),
-}
-_PROVIDER_HINTS: dict[str, str] = {
-    "apns": "APNs refused the message: look the reason up in Apple's table of APNs reasons",
-    "fcm": "FCM refused the message: look the reason up in FCM's error codes",
-    "webhook": "the receiver refused the webhook: check that it accepts the payload",
-}
-
 
 def what_to_check(provider: str, outcome: Outcome) -> str | None:
     """A constant hint on what to check for an outcome's reason (never a token or ID);
     ``None`` when there is nothing to say."""
     if outcome.reason == "provider_not_configured":
         return "this node has no block for the registration's provider"
-    hint = _HINTS.get((provider, outcome.reason))
+    if outcome.reason == "unknown_app":
+        return "the registration's app_id is not one of its provider's configured apps"
+    spec = entry(provider)
+    hint = spec.hints.get(outcome.reason)
     if hint is None and outcome.kind is OutcomeKind.REJECTED:
-        hint = _PROVIDER_HINTS.get(provider)
+        hint = spec.rejection_hint or None
     return hint
 
 
@@ -263,8 +202,11 @@ class TokenLifecycle:
 
     def explain(self, provider: str, outcome: Outcome) -> None:
         """Log a rejection with what to check, once per (provider, reason) per
-        :data:`REJECTION_LOG_PERIOD` (a payload bug rejects every send alike)."""
+        :data:`REJECTION_LOG_PERIOD` (a payload bug rejects every send alike).
+        Reasons the provider logs itself (naming its keys) are left to it."""
         if outcome.kind is not OutcomeKind.REJECTED:
+            return
+        if outcome.reason in entry(provider).explained:
             return
         if not self._throttle.allow(f"{provider}:{outcome.reason}"):
             return

@@ -10,7 +10,10 @@ Each round, in one transaction: read the next batch after the cursor, apply
 projections and decide hints in log order (:class:`RoundPlanner`), insert the
 jobs, advance the cursor. Jobs and cursor commit together; nothing leaves the
 process before the commit. The round wakes on ``LISTEN bothy_events`` (sent by
-``bothy.append_event``) and polls as a fallback.
+``bothy.append_event``) and polls as a fallback. Its connection is a
+:class:`~bothy_notify.store.listen.Listener`'s: the listener reconnects with
+its backoff, and the round waits for a notification and runs in one
+worker-thread call (:meth:`~bothy_notify.store.listen.Listening.wait_then`).
 
 Poison events. When a round raises (an event type this version does not know,
 a payload the projection cannot apply, a bug), its transaction rolls back and
@@ -49,11 +52,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from functools import partial
+from typing import Protocol
 
 import trio
 
 from bothy_notify.config import Config
+from bothy_notify.kernel.backoff import Backoff
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.supervise import error_type, error_where
@@ -64,16 +69,10 @@ from bothy_notify.notify.routes import LiveRoutes
 from bothy_notify.store import deadletters
 from bothy_notify.store import events as eventlog
 from bothy_notify.store import jobs as jobqueue
-from bothy_notify.store.db import (
-    Conn,
-    StoreContention,
-    StoreError,
-    StoreUnavailable,
-    connect_dedicated,
-    translated,
-)
+from bothy_notify.store.db import Conn, StoreContention, StoreError, StoreUnavailable
 from bothy_notify.store.events import Event
 from bothy_notify.store.jobs import ClaimHere, Job
+from bothy_notify.store.listen import Listener, Listening, Notification, reconnect_backoff
 from bothy_notify.store.migrate import load_event_schemas
 
 log = logging.getLogger("bothy.notify.round")
@@ -83,17 +82,10 @@ ROUND_LOCK_KEY = 0x626F_7468
 
 EVENTS_CHANNEL = "bothy_events"
 
-_WAIT_SLICE = 0.25
-"""Longest single wait in a worker thread, so cancellation is seen within this time."""
-
 _BLOCKED_FIRST = 0.005
 """First wait (seconds) when committed events wait behind an older running transaction:
 most such transactions are a producer's append about to commit. Doubles up to
 ``notify.poll_interval`` while the wait lasts."""
-
-RECONNECT_MAX = 5.0
-"""Longest wait (seconds) between reconnection attempts while the database is away; the
-first wait is ``notify.poll_interval``, doubling."""
 
 _CONTENTION_RETRY = 0.05
 """Seconds before running a round again after a deadlock or serialization failure."""
@@ -130,9 +122,9 @@ class LocalJobs(Protocol):
         ...
 
 
-def next_blocked_wait(previous: float | None, poll: float) -> float:
-    """The wait after ``previous`` (``None``: the first) while the round stays blocked."""
-    return min(poll, _BLOCKED_FIRST if previous is None else previous * 2)
+def blocked_backoff(poll: float) -> Backoff:
+    """The waits while the round stays blocked: 5 ms doubling to ``poll``."""
+    return Backoff(initial=min(_BLOCKED_FIRST, poll), cap=poll)
 
 
 @dataclass
@@ -218,7 +210,6 @@ class ConsumerRound:
         catalogue: CatalogueSource | None = None,
         local: LocalJobs | None = None,
     ) -> None:
-        self._url = database_url
         self._local = local
         self._claimed: list[Job] = []
         self._prepared: object | None = None
@@ -231,15 +222,24 @@ class ConsumerRound:
         self._before_commit = before_commit
         self._jobs_committed = jobs_committed
         self._committed_jobs = 0
-        self._limiter = trio.CapacityLimiter(1)
+        poll = config.notify.poll_interval.total_seconds()
+        self._listener = Listener(
+            database_url,
+            (EVENTS_CHANNEL,),
+            name="round",
+            reconnect=reconnect_backoff(poll),
+            catch_up=self._catch_up,
+        )
+        self._wait_until: float | None = None
+        """While set, the log was drained: wait for a notification until then
+        (``time.monotonic()``, the poll interval), then run a round anyway."""
         self._known_types = frozenset(load_event_schemas())
         self._isolation = Isolation()
         self._reading: list[Event] = []
         self._planner: RoundPlanner | None = None
-        self._blocked_wait: float | None = None
+        self._blocked = blocked_backoff(poll).retries()
         self._blocked_since: datetime | None = None
         self.is_holder = False
-        self.connected = False
         self.lock_attempts = 0
         self.dead_lettered = 0
         self.blocked_waits: deque[float] = deque(maxlen=64)
@@ -248,89 +248,80 @@ class ConsumerRound:
     def __repr__(self) -> str:
         return f"ConsumerRound(holder={self.is_holder})"
 
+    @property
+    def connected(self) -> bool:
+        """The round's connection is open (holder or standby: ``/readyz``)."""
+        return self._listener.connected
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold or wait for the round until cancelled; reconnect after a lost connection.
 
-        ``task_status.started()`` is called after the first connection and lock
-        attempt (holder or standby). Cancellation: the current transaction
-        finishes first (never abandoned), then the connection closes. An
-        exception other than a lost database (a bug outside a round) ends this;
-        the daemon's supervisor starts it again.
+        ``task_status.started()`` once this node holds the round and ``LISTEN
+        bothy_events`` is in effect, or once its first lock attempt found
+        another holder (a standby listens to nothing). Cancellation: the wait
+        ends at once, a round under way finishes first (never abandoned), then
+        the connection closes. A lost database reconnects
+        (:class:`~bothy_notify.store.listen.Listener`); another exception (a bug
+        outside a round) ends this, and the daemon's supervisor starts it again.
         """
-        started = False
-        poll = self._config.notify.poll_interval.total_seconds()
-        retry = poll
-        while True:
-            conn: Conn | None = None
-            try:
-                conn = await self._thread(connect_dedicated, self._url)
-                self.connected = True
-                retry = poll
-                held = await self._try_lock(conn)
-                if not started:
-                    started = True
-                    task_status.started()
-                while not held:
-                    await trio.sleep(poll)
-                    held = await self._try_lock(conn)
-                await self._hold(conn)
-            except StoreError as exc:
-                log.warning(
-                    "consumer round lost its database connection; reconnecting",
-                    extra={"error_type": error_type(exc), "retry_in_seconds": retry},
-                )
-                if not started:
-                    started = True
-                    task_status.started()
-                await trio.sleep(retry)
-                retry = min(max(poll, RECONNECT_MAX), retry * 2)
-            finally:
-                self._set_holder(False)
-                self.connected = False
-                self._set_blocked(None)
-                if conn is not None:
-                    with trio.CancelScope(shield=True):
-                        await self._give_back(conn)
-                        await self._thread(conn.close)
+        await self._listener.run(self._serve, task_status=task_status)
 
-    async def _try_lock(self, conn: Conn) -> bool:
+    async def _serve(self, listening: Listening) -> None:
+        """One connection: stand by until the lock is ours, then hold the round."""
+        poll = self._config.notify.poll_interval.total_seconds()
+        try:
+            held = await self._try_lock(listening)
+            if not held:
+                listening.standing_by()
+            while not held:
+                await trio.sleep(poll)
+                held = await self._try_lock(listening)
+            await self._hold(listening)
+        finally:
+            self._set_holder(False)
+            self._set_blocked(None)
+            with trio.CancelScope(shield=True):
+                await self._give_back(listening)
+
+    async def _try_lock(self, listening: Listening) -> bool:
         self.lock_attempts += 1
         self._metrics.consumer_lock_attempts.inc()
-        held: bool = await self._thread(_try_lock, conn)
-        return held
+        return await listening.run(_try_lock)
 
-    async def _hold(self, conn: Conn) -> None:
+    async def _catch_up(self, _listening: Listening) -> None:
+        """After every (re)connection: the first round runs at once, without waiting
+        for a notification; it reads everything after the cursor, what was appended
+        while nobody listened included."""
+        self._wait_until = None
+
+    async def _hold(self, listening: Listening) -> None:
         self._isolation = Isolation()  # what another holder did meanwhile is unknown
         self._set_holder(True)
         log.info("this node holds the consumer round")
-        await self._thread(lambda: conn.execute(f"LISTEN {EVENTS_CHANNEL}"))
+        await listening.listen()
         poll = self._config.notify.poll_interval.total_seconds()
         batch_size = self._config.notify.batch_size
         last_lag = 0.0
-        # While set, the log was drained: wait for a notification until then (the
-        # poll interval), in slices so that cancellation is seen.
-        wait_until: float | None = None
         while True:
-            wait: float | None = None
-            if wait_until is not None and (remaining := wait_until - time.monotonic()) > 0:
-                wait = min(remaining, _WAIT_SLICE)
+            wait = 0.0
+            if self._wait_until is not None:
+                wait = max(0.0, self._wait_until - time.monotonic())
             limit = self._isolation.limit(batch_size)
+            self._reading = []
             try:
-                ran = await self._thread(self._wait_and_round, conn, limit, wait)
+                ran = await listening.wait_then(partial(self._wait_and_round, limit=limit), wait)
             except StoreUnavailable:
                 raise
             except StoreContention:
                 log.info("the round met a concurrent transaction; running it again")
-                wait_until = None
+                self._wait_until = None
                 await trio.sleep(_CONTENTION_RETRY)
                 continue
             except Exception as exc:
-                wait_until = None
-                await self._failed(conn, exc)
+                self._wait_until = None
+                await self._failed(listening, exc)
                 continue
-            if ran is None:
-                continue  # no notification in this slice: wait on
-            wait_until = None
+            self._wait_until = None
             consumed, blocked = ran
             await self._hand_over()
             self._isolation.succeeded(consumed)
@@ -340,32 +331,29 @@ class ConsumerRound:
                 self._jobs_committed()
             if time.monotonic() - last_lag >= poll:
                 last_lag = time.monotonic()
-                await self._thread(self._sample_lag, conn)
+                await listening.run(self._sample_lag)
             if consumed >= limit or self._isolation.active:
                 await trio.lowlevel.checkpoint()
                 continue
             if blocked:
-                wait = next_blocked_wait(self._blocked_wait, poll)
+                wait = self._blocked.failed()
                 self._set_blocked(wait)
                 await trio.sleep(wait)
                 continue
             # A short batch drained the log. Appends that committed meanwhile left their
             # NOTIFY queued on this connection, so the wait returns at once for them.
-            wait_until = time.monotonic() + poll
+            self._wait_until = time.monotonic() + poll
 
     def _wait_and_round(
-        self, conn: Conn, limit: int, wait: float | None
-    ) -> tuple[int, bool] | None:
-        """Blocking: wait up to ``wait`` seconds for a notification (``None``: do not
-        wait), then run one round and prepare its local jobs, all in this worker
-        thread (a notification starts the round without a hop through Trio).
-
-        Returns ``None`` when no notification came within ``wait``, else what
+        self, conn: Conn, _notifications: list[Notification], *, limit: int
+    ) -> tuple[int, bool]:
+        """Blocking, in the worker thread right after the wait
+        (:meth:`~bothy_notify.store.listen.Listening.wait_then`): a notification came,
+        or the poll interval passed without one, or the round runs at once. Runs
+        one round and prepares its local jobs, all in this thread call (a
+        notification starts the round without a hop through Trio). Returns what
         :meth:`_round_once` returns.
         """
-        self._reading = []
-        if wait is not None and not _wait_notify(conn, wait):
-            return None
         ran = self._round_once(conn, limit)
         self._prepare_local(conn)
         return ran
@@ -387,7 +375,7 @@ class ConsumerRound:
                 extra={"error_type": error_type(exc), "jobs": len(self._claimed)},
             )
 
-    async def _give_back(self, conn: Conn) -> None:
+    async def _give_back(self, listening: Listening) -> None:
         """Local jobs committed but never handed over (the round was cancelled while
         its thread ran) are given back, uncounted, instead of waiting for their lease."""
         claimed, self._claimed = self._claimed, []
@@ -395,7 +383,7 @@ class ConsumerRound:
             return
         with trio.move_on_after(5):
             try:
-                await self._thread(jobqueue.release, conn, [j.fence for j in claimed])
+                await listening.run(jobqueue.release, [j.fence for j in claimed])
             except StoreError:
                 log.warning("could not give back this node's new jobs; their leases will end")
 
@@ -406,7 +394,7 @@ class ConsumerRound:
         if claimed and self._local is not None:
             await self._local.hand_over(claimed, prepared)
 
-    async def _failed(self, conn: Conn, exc: Exception) -> None:
+    async def _failed(self, listening: Listening, exc: Exception) -> None:
         """A round raised: narrow down the culprit, or set it aside once found."""
         batch = self._reading
         planner = self._planner
@@ -426,7 +414,7 @@ class ConsumerRound:
             )
             return
         event = batch[0]
-        if await self._thread(self._dead_letter, conn, event, kind, where):
+        if await listening.run(self._dead_letter, event, kind, where):
             label = event.type if event.type in self._known_types else UNKNOWN_TYPE_LABEL
             self.dead_lettered += 1
             self._metrics.events_dead_lettered.labels(label).inc()
@@ -520,13 +508,13 @@ class ConsumerRound:
     def _set_blocked(self, wait: float | None) -> None:
         """``wait``: the round is blocked and waits that long; ``None``: it is not."""
         if wait is None:
-            self._blocked_wait = self._blocked_since = None
+            self._blocked_since = None
+            self._blocked.succeeded()
             self._metrics.consumer_blocked_seconds.set(0)
             return
         now = self._clock.now()
         if self._blocked_since is None:
             self._blocked_since = now
-        self._blocked_wait = wait
         self.blocked_waits.append(wait)
         self._metrics.consumer_blocked_seconds.set((now - self._blocked_since).total_seconds())
 
@@ -534,22 +522,11 @@ class ConsumerRound:
         self.is_holder = value
         self._metrics.consumer_holder.set(1 if value else 0)
 
-    async def _thread(self, fn: Callable[..., Any], *args: object) -> Any:
-        return await trio.to_thread.run_sync(translated(fn), *args, limiter=self._limiter)
-
 
 def _try_lock(conn: Conn) -> bool:
     with conn.transaction():  # a session lock: it outlives this transaction
         row = conn.execute("SELECT pg_try_advisory_lock(%s)", (ROUND_LOCK_KEY,)).fetchone()
     return bool(row and row[0])
-
-
-def _wait_notify(conn: Conn, timeout: float) -> bool:
-    """Wait up to ``timeout`` seconds for a notification on ``conn``; drain what came."""
-    woke = False
-    for _ in conn.notifies(timeout=timeout, stop_after=1):
-        woke = True
-    return woke
 
 
 def _events_blocked(conn: Conn, cursor: eventlog.Cursor) -> bool:

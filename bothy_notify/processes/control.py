@@ -11,6 +11,7 @@ parent ->   ``{...}``  first line: the child's :class:`ChildSpec` as JSON (once)
 child  ->   ``ready``  the node serves (its listeners are bound, its services started)
 parent ->   ``drain``  shut down gracefully (as SIGTERM: within ``server.drain_period``)
 parent ->   ``stop``   stop at once (as a second SIGTERM)
+parent ->   ``reload`` load the configuration again and apply what a reload changes (SIGHUP)
 (EOF)       -          the parent is gone: the child shuts down gracefully
 ==========  =========  ===============================================================
 
@@ -43,7 +44,7 @@ SUPERVISED_ENV = "BOTHY_NOTIFY_SUPERVISED"
 SPEC_TIMEOUT = 30.0
 """Seconds a child waits for its spec line; the parent sends it right after the spawn."""
 
-READY, DRAIN, STOP = b"ready\n", b"drain\n", b"stop\n"
+READY, DRAIN, STOP, RELOAD = b"ready\n", b"drain\n", b"stop\n", b"reload\n"
 
 _MAX_LINE = 64 * 1024
 """Longest line either side accepts (a spec is a few hundred bytes)."""
@@ -146,9 +147,16 @@ class ParentChannel:
         with contextlib.suppress(OSError):
             await self._sock.send(READY)
 
-    async def watch(self, *, drain: Callable[[], None], stop: Callable[[], None]) -> None:
+    async def watch(
+        self,
+        *,
+        drain: Callable[[], None],
+        stop: Callable[[], None],
+        reload: Callable[[], None] = lambda: None,
+    ) -> None:
         """Act on the parent's lines until the channel ends: ``drain`` for ``drain``
-        and for the end of the channel (the parent died), ``stop`` for ``stop``.
+        and for the end of the channel (the parent died), ``stop`` for ``stop``,
+        ``reload`` for ``reload``.
 
         Returns after the end of the channel or after ``stop``. Raises
         :class:`ControlError` for a line it does not know.
@@ -170,6 +178,8 @@ class ParentChannel:
                 elif line + b"\n" == STOP:
                     stop()
                     return
+                elif line + b"\n" == RELOAD:
+                    reload()
                 else:
                     raise ControlError("the parent sent a line this version does not know")
             if len(buffer) > _MAX_LINE:
@@ -218,6 +228,7 @@ def supervised_child() -> ParentChannel | None:
 __all__ = [
     "DRAIN",
     "READY",
+    "RELOAD",
     "STOP",
     "SUPERVISED_ENV",
     "ChildSpec",

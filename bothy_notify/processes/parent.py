@@ -22,7 +22,14 @@
    running (role R, N processes): API http://..., gateway ws://.../v1/gateway``.
 5. **Signals.** The first SIGINT/SIGTERM drains every child (within
    ``server.drain_period``), a second stops them at once; then the embedded
-   server stops and the parent exits (0 after a drain).
+   server stops and the parent exits (0 after a drain). SIGHUP is passed on
+   as ``reload``: each child loads the configuration again
+   (:meth:`bothy_notify.wiring.Daemon.reload`).
+6. **systemd** (:mod:`bothy_notify.kernel.sdnotify`). The parent is the
+   service's main process: it sends ``READY=1`` once every child is ready,
+   ``STOPPING=1`` at the drain, ``RELOADING=1`` then ``READY=1`` around passing
+   on a SIGHUP, and ``WATCHDOG=1`` from its own loop; the children never see
+   ``$NOTIFY_SOCKET``.
 
 The parent runs no node of its own and opens no database connection after the
 start.
@@ -45,6 +52,7 @@ from prometheus_client.multiprocess import mark_process_dead
 
 from bothy_notify.config import ClusterMode, Config
 from bothy_notify.kernel.metrics import MULTIPROCESS_DIR_ENV
+from bothy_notify.kernel.sdnotify import Notifier
 from bothy_notify.kernel.sockets import bind_shared, bound_address, split_address
 from bothy_notify.processes.control import ChildSpec
 from bothy_notify.processes.supervisor import Supervisor, child_command
@@ -82,7 +90,9 @@ def _reserved(key: str, address: str) -> Iterator[str]:
         sock.close()
 
 
-def run_node_processes(config: Config, *, count: int, config_path: str | None) -> int:
+def run_node_processes(
+    config: Config, *, count: int, config_path: str | None, notifier: Notifier | None = None
+) -> int:
     """Run ``count`` node processes of ``config``'s role until signalled; the exit
     status for the command (see the module docstring).
 
@@ -101,7 +111,15 @@ def run_node_processes(config: Config, *, count: int, config_path: str | None) -
         )
         metrics_dir = tempfile.mkdtemp(prefix="bothy-notify-metrics-")
         held.callback(shutil.rmtree, metrics_dir, ignore_errors=True)
-        parent = _Parent(config, count, config_path, api, gateway_address, metrics_dir)
+        parent = _Parent(
+            config,
+            count,
+            config_path,
+            api,
+            gateway_address,
+            metrics_dir,
+            notifier or Notifier(None),
+        )
         return trio.run(parent.run)
 
 
@@ -116,6 +134,7 @@ class _Parent:
         api: str,
         gateway: str | None,
         metrics_dir: str,
+        notifier: Notifier,
     ) -> None:
         self.config = config
         self.count = count
@@ -123,7 +142,10 @@ class _Parent:
         self.api = api
         self.gateway = gateway
         self.metrics_dir = metrics_dir
+        self.notifier = notifier
         self.supervisor: Supervisor | None = None
+        self.serving = False
+        """Every child said ``ready`` once (systemd was told ``READY=1``)."""
 
     def __repr__(self) -> str:
         return f"_Parent(count={self.count})"
@@ -131,9 +153,10 @@ class _Parent:
     async def run(self) -> int:
         embedded: EmbeddedPostgres | None = None
         code = 0  # also when a signal came before the children were started
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._on_signals, signals, nursery.cancel_scope)
+                nursery.start_soon(self.notifier.keep_watchdog)
                 try:
                     url: str | None = None
                     if self.config.database.url is None:
@@ -180,20 +203,34 @@ class _Parent:
             flush=True,
         )
         log.info("node processes running", extra={"role": role.value, "processes": self.count})
+        self.serving = True
+        self.notifier.ready(self._status())
+
+    def _status(self) -> str:
+        return f"serving (role {self.config.server.role.value}, {self.count} processes)"
 
     async def _on_signals(self, signals: AsyncIterator[int], startup: trio.CancelScope) -> None:
         """First signal: drain; second: stop. Before the children exist there is
-        nothing to drain: the start is cancelled."""
+        nothing to drain: the start is cancelled. SIGHUP: the children reload."""
         seen = 0
-        async for _ in signals:
-            seen += 1
+        async for signum in signals:
             supervisor = self.supervisor
+            if signum == signal.SIGHUP:
+                if supervisor is not None and self.serving:
+                    self.notifier.reloading("reloading")
+                    supervisor.reload()
+                    self.notifier.ready(self._status())
+                elif supervisor is not None:
+                    supervisor.reload()
+                continue
+            seen += 1
             if supervisor is None:
                 print("bothy-notify: shutting down", file=sys.stderr, flush=True)
                 startup.cancel()
                 return
             if seen == 1:
                 print("bothy-notify: shutting down", file=sys.stderr, flush=True)
+                self.notifier.stopping("draining")
                 supervisor.drain()
             else:
                 print("bothy-notify: stopping now", file=sys.stderr, flush=True)

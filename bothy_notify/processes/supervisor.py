@@ -9,7 +9,8 @@ control channel (:mod:`bothy_notify.processes.control`) with each of them:
 - **a child dies** while nobody asked it to stop: one warning with its ordinal
   and exit status, and it is started again (same ordinal, a new process)
   after a backoff of :data:`FIRST_DELAY` doubling to :data:`MAX_DELAY`; a
-  child that stayed up :data:`MAX_DELAY` starts from the first delay again.
+  child that stayed up :data:`MAX_DELAY` starts from the first delay again
+  (:mod:`bothy_notify.kernel.backoff`, the rule ``Supervised`` follows too).
 - **a child fails at start** (exits before ``ready``, or is not ready within
   ``start_timeout``) :data:`START_ATTEMPTS` times in a row, or exits with
   status 2 (a configuration error, which a retry cannot fix): the supervisor
@@ -22,6 +23,8 @@ control channel (:mod:`bothy_notify.processes.control`) with each of them:
   :data:`KILL_AFTER` seconds after that.
 - **stop** (:meth:`Supervisor.stop`, a second signal): ``stop`` to every
   child, killed :data:`KILL_AFTER` seconds later if still running.
+- **reload** (:meth:`Supervisor.reload`, SIGHUP): ``reload`` to every child
+  running now (a child started later loads the configuration anyway).
 """
 
 from __future__ import annotations
@@ -37,13 +40,14 @@ from dataclasses import dataclass
 
 import trio
 
-from bothy_notify.processes.control import DRAIN, READY, STOP, SUPERVISED_ENV, ChildSpec
+from bothy_notify.kernel.backoff import RESTART_FIRST, RESTART_MAX, restart_backoff
+from bothy_notify.processes.control import DRAIN, READY, RELOAD, STOP, SUPERVISED_ENV, ChildSpec
 
 log = logging.getLogger("bothy.processes")
 
-FIRST_DELAY = 0.5
-"""Seconds before a child is started again: a crash that repeats at once does not spin."""
-MAX_DELAY = 30.0
+FIRST_DELAY = RESTART_FIRST
+"""Seconds before a child is started again (the rule of ``Supervised`` too)."""
+MAX_DELAY = RESTART_MAX
 """Longest wait before a restart; also how long a child must stay up to start from
 :data:`FIRST_DELAY` again."""
 START_ATTEMPTS = 3
@@ -120,8 +124,7 @@ class Supervisor:
         self._drain_bound = drain_bound
         self._on_ready = on_ready
         self._on_exit = on_exit
-        self._first_delay = first_delay
-        self._max_delay = max_delay
+        self.backoff = restart_backoff(first_delay, max_delay)
         self._start_attempts = start_attempts
         self._start_timeout = start_timeout
         self._kill_after = kill_after
@@ -187,6 +190,11 @@ class Supervisor:
         if self._helpers is not None:
             self._helpers.start_soon(self._kill_later)
 
+    def reload(self) -> None:
+        """Ask every running child to reload its configuration (SIGHUP)."""
+        if not self._stopping.is_set():
+            self._send_all(RELOAD)
+
     def _send_all(self, line: bytes) -> None:
         if self._helpers is not None:
             for child in list(self._children.values()):
@@ -206,7 +214,7 @@ class Supervisor:
 
     async def _keep(self, ordinal: int) -> None:
         failures = 0
-        delay = self._first_delay
+        retries = self.backoff.retries()
         while True:
             child = await self._spawn(ordinal)
             ready = await self._wait_ready(child)
@@ -250,18 +258,17 @@ class Supervisor:
                     self.exit_code = EXIT_USAGE if code == EXIT_USAGE else 1
                     self.drain()
                     return
+                delay = retries.failed()
             else:
                 log.warning(
                     "node process exited unexpectedly; starting it again",
                     extra={"ordinal": ordinal, "exit_status": describe_exit(code)},
                 )
-                if trio.current_time() - ready_at >= self._max_delay:
-                    delay = self._first_delay
+                delay = retries.failed(up_for=trio.current_time() - ready_at)
             with trio.move_on_after(delay):
                 await self._stopping.wait()
             if self._stopping.is_set():
                 return
-            delay = min(delay * 2, self._max_delay)
             self.restarts += 1
 
     async def _spawn(self, ordinal: int) -> _Child:

@@ -63,10 +63,20 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from bothy_notify.config import ApnsConfig, ApnsStyle, ConfigError
+from bothy_notify.config import ApnsSettings, ApnsStyle, ConfigError, Secret
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.push.http2 import Http2Client
-from bothy_notify.push.port import Message, Outcome, PushMessage, Target, TopicMessage
+from bothy_notify.push.port import (
+    Message,
+    Outcome,
+    PushMessage,
+    Refusal,
+    Registrant,
+    Target,
+    TopicDelivery,
+    TopicMessage,
+    Unresolved,
+)
 from bothy_notify.push.transport import (
     REQUEST_BOUND,
     LogThrottle,
@@ -95,7 +105,11 @@ MISMATCH_REASONS = frozenset({"BadDeviceToken", "DeviceTokenNotForTopic", "Topic
 
 _TEN_CHARS = re.compile(r"^[A-Za-z0-9]{10}$")
 _BUNDLE_ID = re.compile(r"^[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
-_DEVICE_TOKEN = re.compile(r"^[0-9a-fA-F]{64,200}$")
+DEVICE_TOKEN = re.compile(r"^[0-9a-fA-F]{64,200}$")
+"""An APNs device token: hex of 32 bytes today (up to 100 leaves room). The one check,
+used at registration (person and topic mode) and before every send."""
+TOKEN_MAX = 200
+ENVIRONMENTS = ("sandbox", "production")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,32 +124,99 @@ class ApnsCredentials:
         return "ApnsCredentials(***)"
 
 
-def load_credentials(config: ApnsConfig) -> ApnsCredentials:
-    """Check and load ``push.apns`` key, key_id and team_id.
+def load_credentials(config: ApnsSettings, key: str = "push.apns") -> ApnsCredentials:
+    """Check and load ``<key>.key``, ``key_id``, ``team_id`` and ``bundle_id`` (``key`` is
+    ``push.apns`` or ``push.apns.apps.<app_id>``).
 
     Raises :class:`ConfigError` naming the key that is missing or malformed,
-    never showing its value.
+    never showing its value; :class:`~.port.Unresolved` (after every other key is
+    checked) when the key is a ``secret:`` reference not resolved yet.
     """
-    pem = config.key.reveal().strip()
+    if not _TEN_CHARS.fullmatch(config.key_id):
+        raise ConfigError(f"{key}.key_id: expected the key's 10-character id")
+    if not _TEN_CHARS.fullmatch(config.team_id):
+        raise ConfigError(f"{key}.team_id: expected the 10-character team id")
+    if len(config.bundle_id) > 155 or not _BUNDLE_ID.fullmatch(config.bundle_id):
+        raise ConfigError(f"{key}.bundle_id: expected a bundle id like com.example.app")
+    return ApnsCredentials(_signing_key(config.key, f"{key}.key"), config.key_id, config.team_id)
+
+
+def _signing_key(secret: Secret | None, key: str) -> ec.EllipticCurvePrivateKey:
+    if secret is None:
+        raise ConfigError(f"{key}: required key is missing")
+    if not secret.is_resolved:
+        raise Unresolved(key)
+    pem = secret.reveal().strip()
     if not pem:
-        raise ConfigError("push.apns.key: the secret is empty")
+        raise ConfigError(f"{key}: the secret is empty")
     if "\n" not in pem and "\\n" in pem:
         pem = pem.replace("\\n", "\n")  # a PEM pasted into one env line with escaped newlines
     try:
-        key = load_pem_private_key(pem.encode(), password=None)
+        loaded = load_pem_private_key(pem.encode(), password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm):
         raise ConfigError(
-            "push.apns.key: not a .p8 key (expected the PKCS#8 PEM of an EC P-256 private key)"
+            f"{key}: not a .p8 key (expected the PKCS#8 PEM of an EC P-256 private key)"
         ) from None
-    if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
-        raise ConfigError("push.apns.key: not an EC P-256 private key (APNs keys are ES256)")
-    if not _TEN_CHARS.fullmatch(config.key_id):
-        raise ConfigError("push.apns.key_id: expected the key's 10-character id")
-    if not _TEN_CHARS.fullmatch(config.team_id):
-        raise ConfigError("push.apns.team_id: expected the 10-character team id")
-    if len(config.bundle_id) > 155 or not _BUNDLE_ID.fullmatch(config.bundle_id):
-        raise ConfigError("push.apns.bundle_id: expected a bundle id like com.example.app")
-    return ApnsCredentials(key, config.key_id, config.team_id)
+    if not isinstance(loaded, ec.EllipticCurvePrivateKey) or not isinstance(
+        loaded.curve, ec.SECP256R1
+    ):
+        raise ConfigError(f"{key}: not an EC P-256 private key (APNs keys are ES256)")
+    return loaded
+
+
+@dataclass(frozen=True, slots=True)
+class ApnsSetup:
+    """One app's checked ``[push.apns]`` settings, ready to build a provider from."""
+
+    settings: ApnsSettings
+    credentials: ApnsCredentials
+    hosts: Mapping[str, str] | None
+
+    def __repr__(self) -> str:
+        return "ApnsSetup(***)"
+
+
+def prepare(settings: ApnsSettings, key: str) -> ApnsSetup:
+    """Check one app's settings without connecting anywhere (``key`` names it in errors)."""
+    hosts = None
+    if settings.endpoint:
+        base = check_https_url(settings.endpoint, key=f"{key}.endpoint")
+        hosts = {"production": base, "sandbox": base}
+    ssl_context(settings.ca_file, key=f"{key}.ca_file")
+    return ApnsSetup(settings, load_credentials(settings, key), hosts)
+
+
+def build(setup: ApnsSetup, clock: Clock) -> ApnsProvider:
+    """The provider of one checked app."""
+    return ApnsProvider(
+        credentials=setup.credentials,
+        topic=setup.settings.bundle_id,
+        clock=clock,
+        style=setup.settings.style,
+        alert_title=setup.settings.alert_title,
+        hosts=setup.hosts,
+        ca_file=setup.settings.ca_file,
+    )
+
+
+def registrant(body: Mapping[str, Any]) -> Registrant | Refusal:
+    """A registration's APNs device token (hex) and environment (default production)."""
+    token = body.get("token")
+    if not isinstance(token, str) or not DEVICE_TOKEN.fullmatch(token):
+        return Refusal("token", "expected an APNs device token (hex)")
+    return Registrant(token, environment=body.get("environment") or "production")
+
+
+def topic_delivery(body: Mapping[str, Any]) -> TopicDelivery | None:
+    """Topic mode: ``token`` (hex) and an optional ``environment``; nothing else."""
+    token, environment = body.get("token"), body.get("environment")
+    if body.get("url") is not None or body.get("signing_key") is not None:
+        return None
+    if not isinstance(token, str) or not DEVICE_TOKEN.fullmatch(token):
+        return None
+    if environment is not None and environment not in ENVIRONMENTS:
+        return None
+    return TopicDelivery(token, environment or "production", None)
 
 
 class ProviderTokens:
@@ -252,22 +333,12 @@ class ApnsProvider:
         self._throttle = LogThrottle()
 
     @classmethod
-    def from_config(cls, config: ApnsConfig, *, clock: Clock) -> ApnsProvider:
-        """Build from ``[push.apns]``; raises :class:`ConfigError` naming a bad key."""
-        credentials = load_credentials(config)
-        hosts = None
-        if config.endpoint:
-            base = check_https_url(config.endpoint, key="push.apns.endpoint")
-            hosts = {"production": base, "sandbox": base}
-        return cls(
-            credentials=credentials,
-            topic=config.bundle_id,
-            clock=clock,
-            style=config.style,
-            alert_title=config.alert_title,
-            hosts=hosts,
-            ca_file=config.ca_file,
-        )
+    def from_config(
+        cls, config: ApnsSettings, *, clock: Clock, key: str = "push.apns"
+    ) -> ApnsProvider:
+        """Build from ``[push.apns]`` (or one of its apps); raises :class:`ConfigError`
+        naming a bad key."""
+        return build(prepare(config, key), clock)
 
     def __repr__(self) -> str:
         return f"ApnsProvider(style={self._style.value!r})"
@@ -313,7 +384,7 @@ class ApnsProvider:
         base = self._hosts.get(environment)
         if base is None:
             return Outcome.rejected("unknown_environment")
-        if not _DEVICE_TOKEN.fullmatch(target.token):
+        if not DEVICE_TOKEN.fullmatch(target.token):
             return Outcome.rejected("malformed_token")
         url = f"{base}/3/device/{target.token}"
         if isinstance(message, TopicMessage):
@@ -380,3 +451,36 @@ def _reason(answer: ProviderAnswer) -> str:
     except ValueError:
         return ""
     return safe_reason(parsed.get("reason") if isinstance(parsed, dict) else None, "")
+
+
+# ---------------------------------------------------------------- what to check
+
+HINTS: dict[str, str] = {
+    "PayloadTooLarge": (
+        "the push is larger than APNs accepts (4 KB): check the lengths of the IDs in"
+        " hints (thread, message, target) and of push.apns.alert_title"
+    ),
+    "BadTopic": "check push.apns.bundle_id against the app's bundle id",
+    "MissingTopic": "check push.apns.bundle_id",
+    "BadPriority": "check push.apns.style (background pushes use priority 5)",
+    "InvalidPushType": "check push.apns.style",
+    "InvalidProviderToken": "check push.apns.key, push.apns.key_id and team_id",
+    "MissingProviderToken": "check push.apns.key, push.apns.key_id and team_id",
+    "ExpiredProviderToken": (
+        "APNs refused two fresh provider tokens in a row: check push.apns.key_id,"
+        " push.apns.team_id and this host's clock"
+    ),
+    "Forbidden": "check that the key in push.apns.key may send APNs pushes",
+    "malformed_token": (
+        "a stored APNs token is not a hex device token: the app registered something else"
+    ),
+    "unknown_environment": "a registration names an environment without an APNs host",
+}
+"""What to check, by the reason of a rejection (logged by the token lifecycle)."""
+REJECTION_HINT = "APNs refused the message: look the reason up in Apple's table of APNs reasons"
+"""Said for a rejection without a hint of its own."""
+MISMATCH_HINT = (
+    "check that the shipped build's aps-environment matches the registration's environment"
+    " and that its bundle id is push.apns.bundle_id (the device is fine)"
+)
+"""What ``push test`` says about a mismatch."""

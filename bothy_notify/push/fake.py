@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import trio
 
+from bothy_notify.config import FakeProviderConfig
 from bothy_notify.push.port import Message, Outcome, OutcomeKind, Target, TopicMessage
 
 log = logging.getLogger("bothy.push.fake")
@@ -103,3 +104,16 @@ class FakeProvider:
 
     def __repr__(self) -> str:
         return f"FakeProvider(sends={len(self.sends)})"
+
+
+TOKEN_MAX = 4096
+
+
+def prepare(settings: FakeProviderConfig, key: str) -> FakeProviderConfig:
+    """Nothing to check beyond the configuration's own rules."""
+    return settings
+
+
+def build(settings: FakeProviderConfig, *, dev: bool, stdout: TextIO | None) -> FakeProvider:
+    """The fake provider; in dev mode it prints its sends."""
+    return FakeProvider(record_file=settings.record_file, echo=dev, stream=stdout)

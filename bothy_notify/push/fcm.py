@@ -56,10 +56,10 @@ import trio
 from google.auth.transport.requests import Request as GoogleRequest
 from google.oauth2 import service_account
 
-from bothy_notify.config import ConfigError, FcmConfig
+from bothy_notify.config import ConfigError, FcmSettings
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.push.http2 import Http2Client
-from bothy_notify.push.port import Message, Outcome, Target
+from bothy_notify.push.port import Message, Outcome, Target, Unresolved
 from bothy_notify.push.transport import (
     REQUEST_BOUND,
     LogThrottle,
@@ -159,9 +159,9 @@ class ServiceAccount:
         return "ServiceAccount(***)"
 
 
-def load_service_account(text: str) -> ServiceAccount:
-    """Check ``push.fcm.service_account``; raise :class:`ConfigError` naming the key."""
-    key = "push.fcm.service_account"
+def load_service_account(text: str, key: str = "push.fcm.service_account") -> ServiceAccount:
+    """Check a service account (``key`` names it: ``push.fcm.service_account`` or an
+    app's); raise :class:`ConfigError` naming the key."""
     try:
         info = json.loads(text)
     except ValueError:
@@ -324,6 +324,44 @@ def fcm_outcome(
     return Outcome.rejected(codes[0] if codes else error_status or f"http_{status}")
 
 
+@dataclass(frozen=True, slots=True)
+class FcmSetup:
+    """One app's checked ``[push.fcm]`` settings, ready to build a provider from."""
+
+    settings: FcmSettings
+    account: ServiceAccount
+    endpoint: str
+
+    def __repr__(self) -> str:
+        return "FcmSetup(***)"
+
+
+def prepare(settings: FcmSettings, key: str) -> FcmSetup:
+    """Check one app's settings without connecting anywhere (``key`` names it in errors)."""
+    endpoint = FCM_ENDPOINT
+    if settings.endpoint:
+        endpoint = check_https_url(settings.endpoint, key=f"{key}.endpoint")
+    ssl_context(settings.ca_file, key=f"{key}.ca_file")
+    secret = settings.service_account
+    if secret is None:
+        raise ConfigError(f"{key}.service_account: required key is missing")
+    if not secret.is_resolved:
+        raise Unresolved(f"{key}.service_account")
+    account = load_service_account(secret.reveal(), f"{key}.service_account")
+    return FcmSetup(settings, account, endpoint)
+
+
+def build(setup: FcmSetup, clock: Clock) -> FcmProvider:
+    """The provider of one checked app: its own access tokens and connection."""
+    return FcmProvider(
+        project_id=setup.account.project_id,
+        tokens=GoogleAccessTokens(setup.account, clock=clock, ca_file=setup.settings.ca_file),
+        clock=clock,
+        endpoint=setup.endpoint,
+        ca_file=setup.settings.ca_file,
+    )
+
+
 class FcmProvider:
     """Sends to FCM HTTP v1; see the module docstring for requests and outcomes.
 
@@ -360,20 +398,12 @@ class FcmProvider:
         self._throttle = LogThrottle()
 
     @classmethod
-    def from_config(cls, config: FcmConfig, *, clock: Clock) -> FcmProvider:
-        """Build from ``[push.fcm]``; raises :class:`ConfigError` naming a bad key."""
-        account = load_service_account(config.service_account.reveal())
-        endpoint = FCM_ENDPOINT
-        if config.endpoint:
-            endpoint = check_https_url(config.endpoint, key="push.fcm.endpoint")
-        ssl_context(config.ca_file, key="push.fcm.ca_file")
-        return cls(
-            project_id=account.project_id,
-            tokens=GoogleAccessTokens(account, clock=clock, ca_file=config.ca_file),
-            clock=clock,
-            endpoint=endpoint,
-            ca_file=config.ca_file,
-        )
+    def from_config(
+        cls, config: FcmSettings, *, clock: Clock, key: str = "push.fcm"
+    ) -> FcmProvider:
+        """Build from ``[push.fcm]`` (or one of its apps); raises :class:`ConfigError`
+        naming a bad key."""
+        return build(prepare(config, key), clock)
 
     def __repr__(self) -> str:
         return "FcmProvider()"
@@ -469,3 +499,37 @@ class FcmProvider:
     async def aclose(self) -> None:
         """Close the connections (and stop the client's thread)."""
         await self._client.aclose()
+
+
+# ---------------------------------------------------------------- what to check
+
+HINTS: dict[str, str] = {
+    "INVALID_ARGUMENT": (
+        "FCM refused the message as malformed: check the payload (every data value a"
+        " string, no reserved key such as from or gcm.*), its size (4 KB) and that the"
+        " token is an FCM registration token"
+    ),
+    "THIRD_PARTY_AUTH_ERROR": (
+        "the APNs key or certificate in the Firebase project is missing or invalid:"
+        " check the project's Cloud Messaging settings for Apple apps"
+    ),
+    "PERMISSION_DENIED": (
+        "the service account may not send for this project: check its role and that"
+        " the FCM API is enabled"
+    ),
+    "UNAUTHENTICATED": "FCM refused the access token: check push.fcm.service_account",
+    "token_refused": (
+        "the token endpoint refused the service account: check push.fcm.service_account"
+        " (the key may be disabled or deleted)"
+    ),
+    "token_unavailable": "the token endpoint could not be reached",
+    "token_timeout": "the token endpoint did not answer in time",
+}
+"""What to check, by the reason of a rejection (logged by the token lifecycle)."""
+REJECTION_HINT = "FCM refused the message: look the reason up in FCM's error codes"
+"""Said for a rejection without a hint of its own."""
+MISMATCH_HINT = (
+    "check that the shipped build's google-services.json / GoogleService-Info.plist is"
+    " for the service account's Firebase project (the device is fine)"
+)
+"""What ``push test`` says about a mismatch."""

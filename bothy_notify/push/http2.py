@@ -104,13 +104,14 @@ class _Transfer:
 class _Easy:
     """A libcurl easy handle with its answer buffers; reused across requests."""
 
-    __slots__ = ("body", "curl", "head", "transfer")
+    __slots__ = ("body", "connect_to", "curl", "head", "transfer")
 
     def __init__(self, ca_file: str) -> None:
         self.curl = pycurl.Curl()
         self.body: list[bytes] = []
         self.head: list[bytes] = []
         self.transfer: _Transfer | None = None
+        self.connect_to: str | None = None
         c = self.curl
         c.setopt(pycurl.NOSIGNAL, 1)
         c.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTPS)
@@ -155,17 +156,23 @@ class Http2Client:
         ca_file: the CA bundle to verify the provider with (empty: certifi's, the
             same bundle httpx uses).
         name: names the driver task (``bothy-push-<name>``).
+        max_host_connections: connections per host (1: every request multiplexed on
+            one HTTP/2 connection; more lets a host that answers over HTTP/1.1
+            take requests in parallel).
 
     The client starts with the first request, in the Trio run that made it
     (a system task of that run drives libcurl), and stops in :meth:`aclose`.
     """
 
-    def __init__(self, *, ca_file: str = "", name: str = "provider") -> None:
+    def __init__(
+        self, *, ca_file: str = "", name: str = "provider", max_host_connections: int = 1
+    ) -> None:
         if not pycurl.version_info()[4] & pycurl.VERSION_HTTP2:
             # A pycurl built against a system libcurl without nghttp2 (the wheel has it).
             raise RuntimeError("pycurl's libcurl has no HTTP/2 support; install the pycurl wheel")
         self._ca_file = ca_file or certifi.where()
         self._name = name
+        self._max_host_connections = max_host_connections
         self._multi: Any = None
         self._nursery: trio.Nursery | None = None
         self._driver = trio.CancelScope()
@@ -182,9 +189,20 @@ class Http2Client:
         return f"Http2Client({self._name!r})"
 
     async def request(
-        self, url: str, headers: Sequence[str], body: bytes, *, bound: float = BACKSTOP_SECONDS
+        self,
+        url: str,
+        headers: Sequence[str],
+        body: bytes,
+        *,
+        bound: float = BACKSTOP_SECONDS,
+        connect_to: str | None = None,
     ) -> ProviderAnswer | NoAnswer:
         """POST ``body`` to ``url`` with ``headers`` (``"name: value"`` lines).
+
+        ``connect_to`` (``"host:port:address:port"``, libcurl's ``CONNECT_TO``) pins
+        the connection to an address checked by the caller: TLS and ``Host`` still
+        name the URL's host, and a connection is reused only for the same host and
+        address.
 
         Returns the answer, whatever its status, or :class:`NoAnswer` when none
         came: ``NoAnswer("timeout")`` once ``bound`` seconds have passed (libcurl's
@@ -207,6 +225,9 @@ class Http2Client:
         curl.setopt(pycurl.HTTPHEADER, headers)
         curl.setopt(pycurl.POSTFIELDS, body)
         curl.setopt(pycurl.TIMEOUT_MS, max(1, min(int(bound * 1000), _BACKSTOP_MS)))
+        if connect_to != easy.connect_to:
+            curl.setopt(pycurl.CONNECT_TO, [connect_to] if connect_to else [])
+            easy.connect_to = connect_to
         easy.transfer = transfer
         transfer.easy = easy
         try:
@@ -265,7 +286,7 @@ class Http2Client:
         multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
         multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
         multi.setopt(pycurl.M_PIPELINING, pycurl.PIPE_MULTIPLEX)
-        multi.setopt(pycurl.M_MAX_HOST_CONNECTIONS, 1)
+        multi.setopt(pycurl.M_MAX_HOST_CONNECTIONS, self._max_host_connections)
         multi.setopt(pycurl.M_MAX_CONCURRENT_STREAMS, MAX_STREAMS)
         self._multi = multi
         trio.lowlevel.spawn_system_task(self._drive, name=f"bothy-push-{self._name}")

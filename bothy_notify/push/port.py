@@ -42,8 +42,10 @@ from __future__ import annotations
 
 import base64
 import enum
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from bothy_notify.kernel.values import fast_init
@@ -209,6 +211,7 @@ class Target:
     max_attempts: int = 1
     last_error: str | None = None
     failure_count: int = 0
+    expires_at: datetime | None = None
 
     def __repr__(self) -> str:
         return f"Target(provider={self.provider!r}, platform={self.platform!r})"
@@ -240,3 +243,74 @@ class RegistrationChecker(Protocol):
     async def check_registration(self, token: str) -> tuple[str, str] | None:
         """The bad field and a constant problem (never the token), or ``None`` when fine."""
         ...
+
+
+# ---------------------------------------------------------------- registering
+
+
+@dataclass(frozen=True, slots=True)
+class Registrant:
+    """What a registration stores, as its provider reads it from the request: the
+    token (a device token, a webhook URL, a Web Push endpoint), the APNs
+    environment, the key material (never returned), and an expiry. The repr shows
+    none of it."""
+
+    token: str
+    environment: str | None = None
+    secret: str | None = None
+    expires_at: datetime | None = None
+
+    def __repr__(self) -> str:
+        return "Registrant(***)"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A registration field that is wrong, and a constant problem (never its value)."""
+
+    field: str
+    problem: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDelivery:
+    """A topic-mode recipient's delivery as its channel reads it from the request:
+    the token or URL, the environment, the signing key (raw bytes)."""
+
+    token: str
+    environment: str | None
+    signing_key: bytes | None
+
+    def __repr__(self) -> str:
+        return "TopicDelivery(***)"
+
+
+class Unresolved(Exception):
+    """A ``secret:`` reference a provider needs is not resolved yet (``check-config``
+    runs without the database); ``key`` names it."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"{key}: read from the secret store at run")
+        self.key = key
+
+
+PLAIN_TOKEN = re.compile(r"^[\x21-\x7e]{1,4096}$")
+"""A device token that is printable ASCII (FCM, the fake provider)."""
+
+
+def plain_registrant(body: Mapping[str, Any]) -> Registrant | Refusal:
+    """A registration's token of printable ASCII (its length is checked before)."""
+    token = body.get("token")
+    if not isinstance(token, str) or not PLAIN_TOKEN.fullmatch(token):
+        return Refusal("token", "does not have the required form")
+    return Registrant(token, environment=body.get("environment"))
+
+
+def plain_topic_delivery(body: Mapping[str, Any]) -> TopicDelivery | None:
+    """Topic mode: a ``token`` of printable ASCII and nothing else."""
+    if any(body.get(name) is not None for name in ("url", "signing_key", "environment")):
+        return None
+    token = body.get("token")
+    if not isinstance(token, str) or not PLAIN_TOKEN.fullmatch(token):
+        return None
+    return TopicDelivery(token, None, None)

@@ -7,10 +7,9 @@ are pure functions:
 
 - :func:`host_allowed`: ``push.webhook.allowed_domains`` (an exact host, or
   ``*.suffix`` with at least one label before the suffix; case-insensitive).
-- :func:`is_blocked_address`: private, loopback, link-local (169.254.169.254
-  included), unspecified, reserved and multicast addresses, and the IPv6
-  forms that carry such an IPv4 address (IPv4-mapped, IPv4-compatible, 6to4,
-  Teredo, NAT64).
+- :func:`~.addresses.is_blocked_address` (from :mod:`.addresses`, the table of
+  the IANA special-purpose registries): every address that is not globally
+  reachable, and the IPv6 forms that carry such an IPv4 address.
 
 Errors::
 
@@ -26,12 +25,18 @@ from typing import Protocol
 
 import trio
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+from bothy_notify.push.addresses import IPAddress, is_blocked_address
 
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-"""The well-known NAT64 prefix: its last 32 bits are an IPv4 address."""
-_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
-"""Deprecated IPv4-compatible IPv6 addresses (``::a.b.c.d``); never a public target."""
+__all__ = [
+    "FakeResolver",
+    "IPAddress",
+    "ResolveError",
+    "Resolver",
+    "SystemResolver",
+    "host_allowed",
+    "ip_literal",
+    "is_blocked_address",
+]
 
 
 class ResolveError(Exception):
@@ -119,37 +124,6 @@ def _unique(addresses: Iterable[IPAddress]) -> list[IPAddress]:
         if address not in seen:
             seen.append(address)
     return seen
-
-
-def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """IPv4 addresses an IPv6 address stands for (mapped, 6to4, Teredo, NAT64)."""
-    found: list[ipaddress.IPv4Address] = []
-    if address.ipv4_mapped is not None:
-        found.append(address.ipv4_mapped)
-    if address.sixtofour is not None:
-        found.append(address.sixtofour)
-    if address.teredo is not None:
-        found.extend(address.teredo)
-    if address in _NAT64:
-        found.append(ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF))
-    return found
-
-
-def is_blocked_address(address: IPAddress) -> bool:
-    """Whether a webhook must not connect to ``address`` (unless private ones are allowed).
-
-    Anything that is not a global unicast address is blocked: private,
-    loopback, link-local (cloud metadata at 169.254.169.254 included),
-    unspecified, shared (100.64/10), documentation, reserved and multicast;
-    for IPv6 also every form that embeds such an IPv4 address.
-    """
-    if isinstance(address, ipaddress.IPv6Address):
-        if address in _IPV4_COMPATIBLE:
-            return True
-        embedded = _embedded_ipv4(address)
-        if embedded:
-            return any(is_blocked_address(inner) for inner in embedded)
-    return address.is_multicast or not address.is_global
 
 
 def host_allowed(host: str, patterns: Iterable[str]) -> bool:

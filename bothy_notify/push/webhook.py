@@ -11,10 +11,12 @@ Where a webhook may go:
 
 - at registration (:meth:`WebhookProvider.check_registration`): the host must
   match ``push.webhook.allowed_domains`` and resolve to public addresses only;
-- before every attempt the host is resolved again and any private, loopback,
-  link-local, unspecified or otherwise non-global address (IPv6 and
-  IPv4-mapped forms included) refuses the send, unless
-  ``allow_private_addresses``. The connection then goes to the address that
+- before every attempt the host must still match the current
+  ``allowed_domains`` (a host removed from it is not contacted: the outcome is
+  ``rejected``, never invalidating, logged once a minute naming the key), and
+  is resolved again: any address the registries' table (:mod:`.addresses`)
+  does not call globally reachable, IPv4 embedded in IPv6 judged as IPv4,
+  refuses the send, unless ``allow_private_addresses``. The connection then goes to the address that
   was checked (TLS still verifies, and ``Host`` still names, the URL's host),
   so a DNS answer that changes between check and connect cannot redirect it.
   With ``push.webhook.endpoint`` (an egress proxy) the proxy is asked to
@@ -36,9 +38,12 @@ import binascii
 import hashlib
 import hmac
 import json
+import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpcore
 import httpx
@@ -47,7 +52,16 @@ import trio
 from bothy_notify.config import ConfigError, WebhookConfig
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.push.pinned import PinnedBackend
-from bothy_notify.push.port import Message, Outcome, Target, TopicMessage
+from bothy_notify.push.port import (
+    PLAIN_TOKEN,
+    Message,
+    Outcome,
+    Refusal,
+    Registrant,
+    Target,
+    TopicDelivery,
+    TopicMessage,
+)
 from bothy_notify.push.resolver import (
     ResolveError,
     Resolver,
@@ -57,10 +71,17 @@ from bothy_notify.push.resolver import (
 )
 from bothy_notify.push.transport import (
     REQUEST_BOUND,
+    LogThrottle,
     ssl_context,
     transport_reason,
 )
 
+log = logging.getLogger("bothy.push.webhook")
+
+TOKEN_MAX = 2048
+"""Longest webhook URL: what browsers and proxies reliably carry."""
+NOT_ALLOWED = "domain_not_allowed"
+"""The reason of a send refused because its host left ``push.webhook.allowed_domains``."""
 RETRY_MINIMUM = timedelta(seconds=1)
 """Earliest retry after a transient webhook failure."""
 GONE_STATUSES = frozenset({404, 410})
@@ -154,21 +175,14 @@ class WebhookProvider:
         self._ssl.set_alpn_protocols(["http/1.1"])
         self._proxy = httpx.URL(proxy) if proxy else None
         self._proxy_ssl = ssl_context(ca_file, key="push.webhook.ca_file") if proxy else None
+        self._throttle = LogThrottle()
 
     @classmethod
     def from_config(
         cls, config: WebhookConfig, *, clock: Clock, resolver: Resolver | None = None
     ) -> WebhookProvider:
         """Build from ``[push.webhook]``; raises :class:`ConfigError` naming a bad key."""
-        check_proxy_url(config.endpoint)
-        return cls(
-            allowed_domains=config.allowed_domains,
-            allow_private_addresses=config.allow_private_addresses,
-            resolver=resolver,
-            clock=clock,
-            ca_file=config.ca_file,
-            proxy=config.endpoint,
-        )
+        return build(prepare(config, "push.webhook"), clock, resolver)
 
     def __repr__(self) -> str:
         return f"WebhookProvider(allowed_domains={len(self._allowed)})"
@@ -212,6 +226,16 @@ class WebhookProvider:
         url = _parse(target.token)
         if url is None:
             return Outcome.rejected("not_https")
+        if not host_allowed(url.host, self._allowed):
+            # Our configuration changed since the registration: never contacted, kept.
+            if self._throttle.allow(NOT_ALLOWED):
+                log.warning(
+                    "a webhook's host is no longer in push.webhook.allowed_domains: it was"
+                    " not contacted and its registration is kept; add the host back to"
+                    " push.webhook.allowed_domains, or delete the registration",
+                    extra={"key": "push.webhook.allowed_domains", "reason": NOT_ALLOWED},
+                )
+            return Outcome.rejected(NOT_ALLOWED)
         key = decode_signing_key(target.signing_key)
         if key is None:
             return Outcome.rejected("bad_signing_key")
@@ -282,3 +306,127 @@ def _parse(token: str) -> httpx.URL | None:
     if url.scheme != "https" or not url.host or url.userinfo:
         return None
     return url
+
+
+def prepare(settings: WebhookConfig, key: str) -> WebhookConfig:
+    """Check ``[push.webhook]`` without connecting anywhere."""
+    check_proxy_url(settings.endpoint)
+    ssl_context(settings.ca_file, key=f"{key}.ca_file")
+    return settings
+
+
+def build(
+    settings: WebhookConfig, clock: Clock, resolver: Resolver | None = None
+) -> WebhookProvider:
+    return WebhookProvider(
+        allowed_domains=settings.allowed_domains,
+        allow_private_addresses=settings.allow_private_addresses,
+        resolver=resolver,
+        clock=clock,
+        ca_file=settings.ca_file,
+        proxy=settings.endpoint,
+    )
+
+
+def is_webhook_url(token: str) -> bool:
+    """A webhook token is an ``https://host[:port]/path?query`` URL of printable ASCII,
+    without user info or fragment (allowed domains and addresses are the provider's
+    registration check)."""
+    if not PLAIN_TOKEN.fullmatch(token):
+        return False
+    parts = urlsplit(token)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        return False
+    return (
+        parts.scheme == "https"
+        and bool(parts.hostname)
+        and port_ok
+        and parts.username is None
+        and parts.password is None
+        and not parts.fragment
+    )
+
+
+def registrant(body: Mapping[str, Any]) -> Registrant | Refusal:
+    """A webhook registration: its https URL and its signing key (base64 of 16 to 64
+    bytes, optionally ``whsec_``-prefixed; stored, never returned)."""
+    token = body.get("token")
+    if not isinstance(token, str) or not is_webhook_url(token):
+        return Refusal("token", "expected an https URL without credentials or fragment")
+    signing_key = body.get("signing_key")
+    if signing_key is None:
+        return Refusal("signing_key", "required for a webhook")
+    if not isinstance(signing_key, str) or decode_signing_key(signing_key) is None:
+        return Refusal("signing_key", "expected base64 of 16 to 64 bytes")
+    return Registrant(token, environment=body.get("environment"), secret=signing_key)
+
+
+def topic_delivery(body: Mapping[str, Any]) -> TopicDelivery | None:
+    """Topic mode: ``url`` and a standard-base64 ``signing_key`` (their rules are
+    :func:`topic_refusal`'s); neither ``token`` nor ``environment``."""
+    if body.get("token") is not None or body.get("environment") is not None:
+        return None
+    url, key_text = body.get("url"), body.get("signing_key")
+    if url is not None and not isinstance(url, str):
+        return None
+    key = b""
+    if key_text is not None:
+        if not isinstance(key_text, str):
+            return None
+        try:
+            key = base64.b64decode(key_text, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+    return TopicDelivery(url or "", None, key)
+
+
+TOPIC_URL_NOT_ALLOWED = "webhook url is not allowed"
+TOPIC_KEY_LENGTH = "webhook signing key length is not allowed"
+
+
+async def topic_refusal(
+    delivery: TopicDelivery,
+    check: Callable[[str], Awaitable[tuple[str, str] | None]] | None,
+) -> str | None:
+    """Topic mode's checks of a webhook (docs/topics.md, checks 6 and 7), in their
+    order: the URL is https and passes the provider's registration check, then the
+    key is 16 to 64 bytes; the constant message of the first that fails."""
+    if not is_webhook_url(delivery.token):
+        return TOPIC_URL_NOT_ALLOWED
+    if check is not None and await check(delivery.token) is not None:
+        return TOPIC_URL_NOT_ALLOWED
+    key = delivery.signing_key
+    if key is None or not KEY_BYTES[0] <= len(key) <= KEY_BYTES[1]:
+        return TOPIC_KEY_LENGTH
+    return None
+
+
+# ---------------------------------------------------------------- what to check
+
+HINTS: dict[str, str] = {
+    "private_address": (
+        "the webhook host resolves to a private or local address, refused unless"
+        " push.webhook.allow_private_addresses"
+    ),
+    "redirect": (
+        "the receiver answered with a redirect, which is never followed: register the final URL"
+    ),
+    "bad_signing_key": "a stored signing key is not base64 of 16 to 64 bytes",
+    "http_404": "the receiver answered 404: check the webhook URL",
+    "http_410": "the receiver answered 410: check the webhook URL",
+    "http_401": (
+        "the receiver refused the webhook: check that it verifies the signature with the"
+        " registered signing key"
+    ),
+    "http_403": (
+        "the receiver refused the webhook: check that it verifies the signature with the"
+        " registered signing key"
+    ),
+}
+"""What to check, by the reason of a rejection (logged by the token lifecycle)."""
+REJECTION_HINT = "the receiver refused the webhook: check that it accepts the payload"
+"""Said for a rejection without a hint of its own."""
+EXPLAINED = frozenset({NOT_ALLOWED})
+"""Rejections this module logs itself (naming ``push.webhook.allowed_domains``)."""

@@ -89,6 +89,7 @@ def heartbeat(
     pid: int,
     started_at: datetime,
     now: datetime,
+    stats: bytes | None = None,
 ) -> bool:
     """Write this node's heartbeat; returns whether its row had to be inserted.
 
@@ -96,17 +97,21 @@ def heartbeat(
     that goes on to :func:`sweep` (two late nodes sweeping each other could
     deadlock).
 
+    ``stats``: the node's aggregates for the status page (JSON, see
+    :mod:`bothy_notify.store.status`), written with every beat.
+
     ``True`` at the first beat, and whenever the row was missing (another node
     took this one for gone and removed it, or the database lost its unlogged
     tables in a crash): the node's presence rows are gone too then, and its
     gateway must publish everything again.
     """
     row = conn.execute(
-        "INSERT INTO bothy.nodes (node_id, role, host, pid, started_at, seen_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s)"
-        " ON CONFLICT (node_id) DO UPDATE SET seen_at = EXCLUDED.seen_at"
+        "INSERT INTO bothy.nodes (node_id, role, host, pid, started_at, seen_at, stats)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb)"
+        " ON CONFLICT (node_id) DO UPDATE SET seen_at = EXCLUDED.seen_at,"
+        " stats = EXCLUDED.stats"
         " RETURNING xmax = 0",  # xmax is 0 on a row this statement inserted
-        (node_id, role, host, pid, started_at, now),
+        (node_id, role, host, pid, started_at, now, stats.decode() if stats else None),
     ).fetchone()
     return bool(row and row[0])
 

@@ -218,7 +218,7 @@ class Database:
             self.unreachable = False
         return result
 
-    async def ping(self) -> bool:
+    async def ping(self, *, share: bool = True) -> bool:
         """Whether a trivial query answers (``/readyz``).
 
         An answer is reused for :data:`PING_CACHE` seconds, and callers that
@@ -226,7 +226,13 @@ class Database:
         polled, the database sees at most one ping a second. The ping has its
         own worker thread, so it never queues behind API work, waits at most
         :data:`PING_WAIT` for a connection and gives up (false) a second later.
+
+        ``share=False`` (a periodic background check) pings on its own, neither
+        reusing an answer nor leaving one: ``/readyz`` never answers with what a
+        background check saw before a change.
         """
+        if not share:
+            return await self._ping_now()
         now = trio.current_time()
         if self._ping_answer is not None and now - self._ping_answer[0] < PING_CACHE:
             return self._ping_answer[1]
@@ -235,23 +241,26 @@ class Database:
             return self._ping_answer[1] if self._ping_answer is not None else False
         running = self._ping_running = trio.Event()
         try:
-            self.pings += 1
-            ok = False
-            # A read may be abandoned (unlike a write): a server that accepts and never
-            # answers must not hold readiness. The limiter keeps it to one such thread.
-            with trio.move_on_after(PING_WAIT + 1):
-                try:
-                    await trio.to_thread.run_sync(
-                        self._ping_sync, limiter=self._ping_limiter, abandon_on_cancel=True
-                    )
-                    ok = True
-                except StoreError:
-                    ok = False
+            ok = await self._ping_now()
             self._ping_answer = (trio.current_time(), ok)
         finally:
             self._ping_running = None
             running.set()
         return ok
+
+    async def _ping_now(self) -> bool:
+        self.pings += 1
+        # A read may be abandoned (unlike a write): a server that accepts and never
+        # answers must not hold readiness. The limiter keeps it to one such thread.
+        with trio.move_on_after(PING_WAIT + 1):
+            try:
+                await trio.to_thread.run_sync(
+                    self._ping_sync, limiter=self._ping_limiter, abandon_on_cancel=True
+                )
+                return True
+            except StoreError:
+                return False
+        return False
 
     def _ping_sync(self) -> None:
         with translate_errors(), self._pool.connection(timeout=PING_WAIT) as conn:

@@ -10,8 +10,13 @@ it, restores it after invalidation (errors cleared), and moves it to the
 caller when another person held it (the device changed hands); for webhooks
 the scope is the person, so a URL never moves between people and a second
 person registering the same URL gets a registration (and signing key) of
-their own. The unique index is on the token's SHA-256, so no token length can
-overflow it.
+their own; a Web Push endpoint is unique like a device token but never moves
+(``moves=False``: another person registering it is refused with
+:class:`RegistrationTaken`). The unique index is on the token's SHA-256, so no
+token length can overflow it. ``signing_key`` holds a registration's key
+material, never returned: a webhook's signing key, a Web Push subscription's
+``p256dh`` and ``auth``; ``expires_at`` a registration's own expiry (a Web Push
+``expirationTime``).
 
 A person holds at most ``push.max_registrations_per_person`` registrations:
 a new one first makes room by deleting the person's oldest invalidated
@@ -35,7 +40,7 @@ from bothy_notify.store.db import Conn
 _COLUMNS = (
     "id, user_id, device_id, provider, token, environment, app_id, signing_key, created_at,"
     " renewed_at, last_seen_at, last_error_at, last_error, failure_count, invalidated_at,"
-    " last_strike_at"
+    " last_strike_at, expires_at"
 )
 _WEBHOOK = "webhook"
 """The provider whose tokens (URLs) are scoped to their person."""
@@ -66,6 +71,7 @@ class Registration:
     failure_count: int
     invalidated_at: datetime | None
     last_strike_at: datetime | None = None
+    expires_at: datetime | None = None
 
     @property
     def state(self) -> str:
@@ -132,6 +138,10 @@ class RegistrationLimitReached(Exception):
     """The person already holds ``push.max_registrations_per_person`` active registrations."""
 
 
+class RegistrationTaken(Exception):
+    """The token is another person's and does not move between people (Web Push)."""
+
+
 def owner_scope(provider: str, user_id: str) -> str:
     """The owner part of a registration's unique key (see the module docstring)."""
     return user_id if provider == _WEBHOOK else ""
@@ -149,6 +159,8 @@ def upsert(
     signing_key: str | None,
     now: datetime,
     max_per_person: int | None = None,
+    expires_at: datetime | None = None,
+    moves: bool = True,
 ) -> Registered:
     """Store, refresh, restore or take over a registration (in the caller's transaction).
 
@@ -156,11 +168,12 @@ def upsert(
     counts against ``max_per_person``; registering one of the caller's own
     tokens again never does. Raises :class:`RegistrationLimitReached` (the
     caller rolls back) when the limit is reached and no invalidated
-    registration of the person can make room.
+    registration of the person can make room, and :class:`RegistrationTaken`
+    when the token is another person's and ``moves`` is false.
     """
     conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_PERSON_LOCK, user_id))
     scope = owner_scope(provider, user_id)
-    fields = (device_id, environment, app_id, signing_key, now)
+    fields = (device_id, environment, app_id, signing_key, now, expires_at)
     while True:
         found = conn.execute(
             f"SELECT {_COLUMNS} FROM bothy.push_registrations WHERE provider = %s"
@@ -175,16 +188,18 @@ def upsert(
                 change = Change.RESTORED if restored else Change.REFRESHED
                 renewed = _renew(conn, existing.id, user_id, fields, clear=restored)
                 return Registered(renewed, change)
+            if not moves:
+                raise RegistrationTaken
             evicted = _make_room(conn, user_id, max_per_person)
             moved = _renew(conn, existing.id, user_id, fields, clear=True)
             return Registered(moved, Change.MOVED, evicted)
         evicted = _make_room(conn, user_id, max_per_person)
         row = conn.execute(
             f"INSERT INTO bothy.push_registrations ({_COLUMNS})"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, NULL, 0, NULL, NULL)"
-            " ON CONFLICT (provider, owner_scope, token_digest) DO NOTHING"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, NULL, 0, NULL, NULL,"
+            " %s) ON CONFLICT (provider, owner_scope, token_digest) DO NOTHING"
             f" RETURNING {_COLUMNS}",
-            (new_id(), user_id, device_id, provider, token, *fields[1:4], now, now),
+            (new_id(), user_id, device_id, provider, token, *fields[1:4], now, now, expires_at),
         ).fetchone()
         if row is not None:
             return Registered(Registration(*row), Change.CREATED, evicted)
@@ -196,13 +211,13 @@ def _renew(
     conn: Conn,
     registration_id: str,
     user_id: str,
-    fields: tuple[str, str | None, str | None, str | None, datetime],
+    fields: tuple[str, str | None, str | None, str | None, datetime, datetime | None],
     *,
     clear: bool,
 ) -> Registration:
     """Register a known registration again for ``user_id``; ``clear`` starts it afresh
     (active, no errors, no strikes)."""
-    device_id, environment, app_id, signing_key, now = fields
+    device_id, environment, app_id, signing_key, now, expires_at = fields
     reset = (
         ", invalidated_at = NULL, failure_count = 0, last_error = NULL, last_error_at = NULL,"
         " last_strike_at = NULL"
@@ -211,9 +226,9 @@ def _renew(
     )
     row = conn.execute(
         "UPDATE bothy.push_registrations SET user_id = %s, device_id = %s, environment = %s,"
-        f" app_id = %s, signing_key = %s, renewed_at = %s{reset} WHERE id = %s"
+        f" app_id = %s, signing_key = %s, renewed_at = %s, expires_at = %s{reset} WHERE id = %s"
         f" RETURNING {_COLUMNS}",
-        (user_id, device_id, environment, app_id, signing_key, now, registration_id),
+        (user_id, device_id, environment, app_id, signing_key, now, expires_at, registration_id),
     ).fetchone()
     assert row is not None
     return Registration(*row)

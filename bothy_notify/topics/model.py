@@ -39,12 +39,8 @@ MAX_HMAC_KEYS = 3
 """A key window holds keys for at most three consecutive epochs."""
 EPOCH_SECONDS = 30 * 86_400
 """One HMAC epoch: 30 days."""
-SIGNING_KEY_BYTES = (16, 64)
-"""A webhook signing key is 16 to 64 bytes."""
 TOPIC_ID_BYTES = {0x00: 16, 0x01: 32}
 """Identifier length by topic kind byte: conversations 16 bytes, welcome topics 32."""
-CHANNELS = ("apns", "fcm", "webhook", "fake")
-"""Delivery channels; each exists only when its ``[push.*]`` block does."""
 
 _SHA256_BLOCK = 64
 

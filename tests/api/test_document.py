@@ -16,7 +16,6 @@ from referencing.jsonschema import DRAFT202012
 from bothy_notify.api.document import (
     Enumerations,
     base_document,
-    configured_apps,
     served_document,
 )
 from bothy_notify.config import PushConfig
@@ -170,18 +169,6 @@ def test_apps_are_required_and_named_where_configured() -> None:
         document, "RegistrationRequest", {"provider": "fcm", "token": "t", "app_id": "x"}
     )
     assert accepts(document, "RegistrationRequest", {"provider": "fake", "token": "t"})
-
-
-def test_apps_are_read_from_provider_blocks_that_have_them() -> None:
-    class Block:
-        apps = {"release": object(), "beta": object()}
-
-    class Push:
-        fcm = Block()
-        apns = None
-
-    assert configured_apps(Push(), ["apns", "fcm", "fake"]) == (("fcm", ("beta", "release")),)
-    assert configured_apps(make_config().push, ["fake"]) == ()
 
 
 def test_the_batch_bound_is_server_max_batch_events() -> None:

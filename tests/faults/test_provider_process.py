@@ -136,7 +136,7 @@ def invalidated(url: str) -> int:
 
 
 def sends(metrics: str, provider: str, outcome: str) -> float:
-    prefix = f'bothy_push_sends_total{{outcome="{outcome}",provider="{provider}"}}'
+    prefix = f'bothy_push_sends_total{{app="default",outcome="{outcome}",provider="{provider}"}}'
     return sum(
         float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if line.startswith(prefix)
     )

@@ -8,7 +8,8 @@ What a new operator does, from a clean state, proven end to end:
    packages; pip's cache is reused, nothing beyond the package registry);
 3. from another directory (never the repository): ``import bothy_notify.cli,
    bothy_notify.commands`` comes from the venv, the packaged schemas and example
-   equal the repository's, ``bothy-notify --help`` and ``check-config`` work;
+   equal the repository's, ``bothy-notify --help``, ``--version`` and
+   ``check-config`` work;
 4. ``bothy-notify run`` on the embedded PostgreSQL (``database.url = ""``, a
    ``data_dir`` relative to the configuration file), a producer token from
    ``dev-token``, one event appended with ``urllib`` from the venv's Python;
@@ -112,6 +113,9 @@ import json, sys, urllib.error, urllib.request
 api, token = sys.argv[1], sys.argv[2]
 with urllib.request.urlopen(f"http://{api}/healthz", timeout=10) as answer:
     health = answer.status
+# The status page's files are package data: served from the installed wheel.
+with urllib.request.urlopen(f"http://{api}/admin/admin.js", timeout=10) as answer:
+    page = answer.status if b"/v1/admin/status" in answer.read() else 0
 body = json.dumps({"events": [{"type": "user.upserted",
     "payload": {"user_id": "install-check", "kind": "human", "active": True}}]}).encode()
 request = urllib.request.Request(f"http://{api}/v1/events", data=body, method="POST",
@@ -121,7 +125,7 @@ try:
         status, answered = answer.status, json.load(answer)
 except urllib.error.HTTPError as error:  # a 4xx/5xx: report it, the check fails on it
     status, answered = error.code, {"error": error.read().decode(errors="replace")}
-print(json.dumps({"health": health, "status": status, "body": answered}))
+print(json.dumps({"health": health, "page": page, "status": status, "body": answered}))
 """
 
 
@@ -356,6 +360,15 @@ def check(tmp: Path, progress: Progress) -> None:
     )
     _compare_package_data(inspected, venv)
     run([cli, "--help"], timeout=COMMAND_TIMEOUT, cwd=work, env=env, what="bothy-notify --help")
+    version = run(
+        [cli, "--version"],
+        timeout=COMMAND_TIMEOUT,
+        cwd=work,
+        env=env,
+        what="bothy-notify --version",
+    )
+    if not re.fullmatch(r"bothy-notify \d+\.\d+\.\d+\S*\n", version.stdout):
+        raise CheckFailed(f"--version did not name the version: {version.stdout!r}")
 
     progress.say("bothy-notify check-config")
     (work / "check.toml").write_text(CHECK_CONFIG)
@@ -401,7 +414,12 @@ def check(tmp: Path, progress: Progress) -> None:
             ).stdout
         )
         seqs = answer["body"].get("seqs")
-        if answer["health"] != 200 or answer["status"] != 200 or not _one_seq(seqs):
+        if (
+            answer["health"] != 200
+            or answer["page"] != 200
+            or answer["status"] != 200
+            or not _one_seq(seqs)
+        ):
             raise CheckFailed(f"unexpected answer to the append: {answer}")
         progress.say(f"appended: seq {seqs[0]}; SIGTERM")
         stopped_at = time.monotonic()

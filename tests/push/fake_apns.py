@@ -89,11 +89,17 @@ class FakeApns:
         topic: str,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         record: bool = True,
+        apps: dict[str, tuple[ec.EllipticCurvePublicKey, str, str]] | None = None,
     ) -> None:
         self._public_key = public_key
         self._key_id = key_id
         self._team_id = team_id
         self._topic = topic
+        # Topic -> (public key, kid, iss) of each app this fake serves (Apple checks that
+        # the provider token's team may push to the topic).
+        self._apps = dict(apps or {topic: (public_key, key_id, team_id)})
+        self.stall_topics: set[str] = set()
+        """Topics whose requests are held unanswered (one app's outage)."""
         self._clock = clock
         self._record = record
         self._server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -109,7 +115,7 @@ class FakeApns:
         self.default = Answer()
         self.stalling = False
         self._resume = trio.Event()
-        self._verified: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self._verified: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
         self.port = 0
         self.changed = trio.Event()
 
@@ -294,7 +300,7 @@ class FakeApns:
         problem = self._check(request, headers, raw)
         if problem is not None:
             return problem
-        if self.stalling:
+        if self.stalling or request.headers.get("apns-topic") in self.stall_topics:
             return Answer(stall=True)
         queue = self.script.get(request.device_token)
         if queue:
@@ -316,18 +322,19 @@ class FakeApns:
         if not auth.lower().startswith("bearer "):
             return self._violation(403, "MissingProviderToken", "no bearer provider token")
         token = auth.split(" ", 1)[1]
-        verified = self._verify_jwt(token)
+        topic = headers.get("apns-topic")
+        if topic is None:
+            return self._violation(400, "MissingTopic", "no apns-topic")
+        app = self._apps.get(topic)
+        if app is None:
+            return Answer(400, "TopicDisallowed")
+        verified = self._verify_jwt(token, *app)
         if isinstance(verified, Answer):
             return verified
         request.jwt_header, request.jwt_claims = verified
         issued = datetime.fromtimestamp(int(request.jwt_claims["iat"]), UTC)
         if self._clock() - issued > TOKEN_MAX_AGE:
             return Answer(403, "ExpiredProviderToken")
-        topic = headers.get("apns-topic")
-        if topic is None:
-            return self._violation(400, "MissingTopic", "no apns-topic")
-        if topic != self._topic:
-            return Answer(400, "TopicDisallowed")
         push_type = headers.get("apns-push-type")
         if push_type not in ("alert", "background"):
             return self._violation(400, "InvalidPushType", "apns-push-type not alert/background")
@@ -355,23 +362,25 @@ class FakeApns:
             return self._violation(400, "BadPayload", "alert push without an alert")
         return None
 
-    def _verify_jwt(self, token: str) -> tuple[dict[str, Any], dict[str, Any]] | Answer:
-        cached = self._verified.get(token)
+    def _verify_jwt(
+        self, token: str, public_key: ec.EllipticCurvePublicKey, key_id: str, team_id: str
+    ) -> tuple[dict[str, Any], dict[str, Any]] | Answer:
+        cached = self._verified.get((token, key_id))
         if cached is not None:
             return cached
         try:
             header = jwt.get_unverified_header(token)
             claims = jwt.decode(
                 token,
-                self._public_key,
+                public_key,
                 algorithms=["ES256"],
                 options={"verify_iat": False, "require": ["iss", "iat"]},
             )
         except jwt.PyJWTError:
             return self._violation(403, "InvalidProviderToken", "JWT signature or form is wrong")
-        if header.get("kid") != self._key_id or claims.get("iss") != self._team_id:
+        if header.get("kid") != key_id or claims.get("iss") != team_id:
             return self._violation(403, "InvalidProviderToken", "JWT kid or iss is wrong")
-        self._verified[token] = (header, claims)
+        self._verified[(token, key_id)] = (header, claims)
         return header, claims
 
 

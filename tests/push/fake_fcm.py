@@ -83,14 +83,22 @@ class FakeFcm:
     issued: list[str] = field(default_factory=list)
     expires_in: int = 3600
     port: int = 0
+    projects: dict[str, tuple[str, rsa.RSAPrivateKey]] = field(default_factory=dict)
+    """Further Firebase projects this fake serves (one per app): project -> (service
+    account e-mail, key). Its own ``PROJECT`` is always served with ``key``."""
+    token_projects: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
-    def service_account(self, token_uri: str | None = None) -> str:
-        """The service-account JSON for this fake (its token_uri points here)."""
-        pem = self.key.private_bytes(
+    def _accounts(self) -> dict[str, tuple[str, rsa.RSAPrivateKey]]:
+        return {PROJECT: (CLIENT_EMAIL, self.key), **self.projects}
+
+    def service_account(self, token_uri: str | None = None, project: str = PROJECT) -> str:
+        """The service-account JSON of ``project`` (its token_uri points here)."""
+        email, key = self._accounts()[project]
+        pem = key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
@@ -98,10 +106,10 @@ class FakeFcm:
         return json.dumps(
             {
                 "type": "service_account",
-                "project_id": PROJECT,
+                "project_id": project,
                 "private_key_id": "k1",
                 "private_key": pem,
-                "client_email": CLIENT_EMAIL,
+                "client_email": email,
                 "client_id": "1",
                 "token_uri": token_uri or f"{self.url}/token",
             }
@@ -131,15 +139,17 @@ class FakeFcm:
             self.violations.append("token request without the JWT bearer grant")
             return JSONResponse({"error": "unsupported_grant_type"}, 400)
         try:
+            issuer = jwt.decode(form["assertion"][0], options={"verify_signature": False})["iss"]
+            project = next(p for p, (email, _k) in self._accounts().items() if email == issuer)
             claims = jwt.decode(
                 form["assertion"][0],
-                self.key.public_key(),
+                self._accounts()[project][1].public_key(),
                 algorithms=["RS256"],
                 # google-auth always addresses the assertion to Google's token endpoint.
                 audience="https://oauth2.googleapis.com/token",
-                issuer=CLIENT_EMAIL,
+                issuer=issuer,
             )
-        except (jwt.PyJWTError, KeyError) as exc:
+        except (jwt.PyJWTError, KeyError, StopIteration) as exc:
             self.violations.append(f"token assertion does not verify: {exc!r}")
             return JSONResponse({"error": "invalid_grant"}, 400)
         if SCOPE not in str(claims.get("scope", "")).split():
@@ -147,6 +157,7 @@ class FakeFcm:
             return JSONResponse({"error": "invalid_scope"}, 400)
         token = f"ya29.fake-{len(self.issued) + 1}"
         self.issued.append(token)
+        self.token_projects[token] = project
         return JSONResponse(
             {"access_token": token, "expires_in": self.expires_in, "token_type": "Bearer"}
         )
@@ -161,6 +172,10 @@ class FakeFcm:
         self.requests.append(FcmRequest(request.path_params["project"], auth, body))
         if not auth.startswith("Bearer ") or auth[7:] not in self.issued:
             return JSONResponse(error_body(401, "UNAUTHENTICATED"), 401)
+        if self.token_projects.get(auth[7:], PROJECT) != request.path_params["project"]:
+            # A service account may send for its own Firebase project only.
+            self.violations.append("the access token is another project's than the URL's")
+            return JSONResponse(error_body(403, "PERMISSION_DENIED"), 403)
         problem = self._check(body)
         if problem is not None:
             self.violations.append(problem)

@@ -11,8 +11,8 @@ import trio
 from bothy_notify.config import ApnsStyle, ConfigError, structure_config
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.apns import ApnsCredentials, ApnsProvider, apns_outcome, collapse_id
-from bothy_notify.push.factory import build_providers
 from bothy_notify.push.port import OutcomeKind, PushMessage, Target
+from bothy_notify.push.providers import build as build_providers
 from bothy_notify.push.transport import NoAnswer
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
 from tests.push.fake_apns import Answer, FakeApns

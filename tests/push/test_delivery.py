@@ -14,6 +14,7 @@ import trio
 import trustme
 
 from bothy_notify.kernel.clock import FakeClock
+from bothy_notify.push import providers as provider_table
 from bothy_notify.push.apns import ApnsCredentials, ApnsProvider
 from bothy_notify.push.fcm import (
     FcmProvider,
@@ -24,7 +25,7 @@ from bothy_notify.push.fcm import (
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webhook import WebhookProvider
-from tests.harness import Launch, Node, device_token, ev, make_config
+from tests.harness import Launch, Node, device_token, ev, make_config, start_node
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
 from tests.push.fake_apns import Answer, FakeApns
 from tests.push.fake_fcm import PROJECT, FakeFcm, FcmAnswer, error_body
@@ -596,3 +597,58 @@ async def test_a_stalled_webhook_host_holds_only_webhook_permits_while_apns_deli
     assert in_flight["webhook"] == 4  # every webhook permit is held by the stalled host
     assert receiver.stalled == 4 and receiver.deliveries == []
     assert fake_apns.count == messages  # APNs delivered every push meanwhile
+
+
+async def test_a_webhook_host_removed_from_allowed_domains_gets_nothing_after_a_restart(
+    nursery: trio.Nursery,
+    database_url: str,
+    receiver: WebhookReceiver,
+    ca_file: str,
+    now_clock: FakeClock,
+) -> None:
+    resolver = FakeResolver({HOST: ["127.0.0.1"]})
+
+    def configured(*domains: str) -> tuple[Any, Any]:
+        config = make_config(
+            push={
+                "webhook": {
+                    "allowed_domains": list(domains),
+                    "allow_private_addresses": True,
+                    "ca_file": ca_file,
+                }
+            }
+        )
+        built = provider_table.build(config.push, dev=False, clock=now_clock, resolver=resolver)
+        return config, built
+
+    config, built = configured(HOST)
+    async with trio.open_nursery() as first:
+        node = await start_node(
+            first, database_url, clock=now_clock, config=config, providers=built
+        )
+        await people(node)
+        assert (await register_hook(node, receiver.url())).status_code == 201
+        await node.append(message(1))
+        await node.settle()
+        assert len(receiver.deliveries) == 1
+        await node.http.aclose()
+        first.cancel_scope.cancel()
+
+    # The operator removes the host from push.webhook.allowed_domains and restarts.
+    config, built = configured("other.bothy.test")
+    async with trio.open_nursery() as second:
+        node = await start_node(
+            second, database_url, clock=now_clock, config=config, providers=built
+        )
+        await node.append(message(2))
+        await node.settle()
+        assert len(receiver.deliveries) == 1  # not contacted
+        assert await registration(node, "webhook") == {
+            "invalidated": False,
+            "last_error": "domain_not_allowed",
+            "failure_count": 0,
+        }
+        (job,) = [j for j in await node.jobs("notify.push_send") if j["args"]["message_id"] == "m2"]
+        assert (job["state"], job["attempt"]) == ("completed", 1)  # rejected: no retry
+        await node.http.aclose()
+        second.cancel_scope.cancel()

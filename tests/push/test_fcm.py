@@ -322,7 +322,7 @@ async def test_an_unanswered_send_is_transient_timeout(
 )
 def test_a_malformed_service_account_fails_startup_naming_the_key(value: str, problem: str) -> None:
     config = structure_config({"push": {"fcm": {"service_account": "env:SA"}}}, env={"SA": value})
-    from bothy_notify.push.factory import build_providers
+    from bothy_notify.push.providers import build as build_providers
 
     with pytest.raises(ConfigError, match=r"push\.fcm\.service_account") as caught:
         build_providers(config.push, dev=False)
@@ -336,7 +336,7 @@ def test_a_service_account_with_a_broken_private_key_fails_startup(fake_fcm_acco
     config = structure_config(
         {"push": {"fcm": {"service_account": "env:SA"}}}, env={"SA": json.dumps(info)}
     )
-    from bothy_notify.push.factory import build_providers
+    from bothy_notify.push.providers import build as build_providers
 
     with pytest.raises(ConfigError, match=r"push\.fcm\.service_account: its private_key"):
         build_providers(config.push, dev=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import AsyncIterator
 from functools import partial
 
@@ -12,8 +13,8 @@ import trustme
 
 from bothy_notify.config import ConfigError, structure_config
 from bothy_notify.kernel.clock import FakeClock
-from bothy_notify.push.factory import build_providers
-from bothy_notify.push.port import OutcomeKind, PushMessage, Target
+from bothy_notify.push.port import OutcomeKind, PushMessage, Target, TopicMessage
+from bothy_notify.push.providers import build as build_providers
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webhook import WebhookProvider, sign
 from tests.push.webhook_receiver import HOST, SIGNING_KEY, WebhookReceiver
@@ -214,7 +215,12 @@ async def test_a_refused_connection_and_a_failed_lookup_are_transient(
     with trio.socket.socket() as sock:
         await sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        provider = webhook(FakeResolver({HOST: ["127.0.0.1"]}), now_clock, ca_file)
+        provider = webhook(
+            FakeResolver({HOST: ["127.0.0.1"]}),
+            now_clock,
+            ca_file,
+            domains=(HOST, "nowhere.bothy.test"),
+        )
         refused = await provider.send(target(f"https://{HOST}:{port}/hook"), MESSAGE)
         unknown = await provider.send(target("https://nowhere.bothy.test/hook"), MESSAGE)
         await provider.aclose()
@@ -342,3 +348,26 @@ async def test_a_webhook_without_a_usable_signing_key_is_rejected_unsent(
     await provider.aclose()
     assert (outcome.kind, outcome.reason) == (OutcomeKind.REJECTED, "bad_signing_key")
     assert receiver.deliveries == []
+
+
+async def test_a_host_no_longer_allowed_is_not_contacted_and_logged_once_a_minute(
+    receiver: WebhookReceiver,
+    ca_file: str,
+    now_clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Registered while the host was allowed; the configuration has changed since.
+    provider = webhook(
+        FakeResolver({HOST: ["127.0.0.1"]}), now_clock, ca_file, domains=("other.bothy.test",)
+    )
+    topic = TopicMessage(topic=b"\x00" + b"t" * 16, sequence_id=9, recipient_id=b"r" * 32)
+    with caplog.at_level(logging.WARNING, logger="bothy.push.webhook"):
+        person = await provider.send(target(receiver.url()), MESSAGE)
+        topic_mode = await provider.send(target(receiver.url()), topic)
+    await provider.aclose()
+
+    for outcome in (person, topic_mode):
+        assert (outcome.kind, outcome.reason) == (OutcomeKind.REJECTED, "domain_not_allowed")
+    assert receiver.deliveries == []
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "push.webhook.allowed_domains" in line and HOST not in line

@@ -202,6 +202,19 @@ async def test_a_channel_without_its_block_is_a_failed_precondition(launch: Laun
     assert await snapshot(node) == [[], []]
 
 
+async def test_a_channel_whose_block_has_apps_is_a_failed_precondition(launch: Launch) -> None:
+    # A recipient carries no app_id, so no app of the block can be chosen for it.
+    node = await launch(
+        providers={"apns": {"com.example.a": FakeProvider()}, "fake": FakeProvider()}
+    )
+    apns = await register(node, Recipient(), channel="apns", token="ab" * 32)
+    webpush = await register(node, Recipient(), channel="webpush", token="x")
+    assert error(apns) == (409, "failed_precondition", "channel is not configured")
+    assert error(webpush) == (400, "invalid_argument", "request is malformed")  # no channel
+    assert (await register(node, Recipient())).status_code == 200
+    assert len((await snapshot(node))[0]) == 1
+
+
 async def test_unregister_deletes_the_recipient_and_its_subscriptions(launch: Launch) -> None:
     node = await launch()
     who = Recipient()

@@ -156,6 +156,7 @@ class PushSendHandler:
                     max_attempts=attempts[job_id][1],
                     last_error=reg.error_since_delivery,
                     failure_count=reg.failure_count,
+                    expires_at=reg.expires_at,
                 ),
             )
         return plans
@@ -182,7 +183,11 @@ class PushSendHandler:
             await report(job, Defer(after, "provider_busy"))
             return
         last_attempt = job.attempt >= job.max_attempts
-        self._sends(plan.target.provider, send_outcome(outcome, last_attempt=last_attempt)).inc()
+        self._sends(
+            plan.target.provider,
+            send_outcome(outcome, last_attempt=last_attempt),
+            self._providers.app_label(plan.target),
+        ).inc()
         self.lifecycle.explain(plan.target.provider, outcome)
         if outcome.kind is not OutcomeKind.TRANSIENT:
             route = "push_delayed" if a.release_seq > 0 else "push"
