@@ -15,7 +15,12 @@ only what this server accepts:
   ``const``), and the branches of providers this server has not configured
   are left out;
 - the apps a registration's ``app_id`` may name, for a provider whose block
-  configures ``apps`` (then ``app_id`` is required and one of them);
+  configures ``apps`` (then ``app_id`` is required and one of them; such a
+  provider is no topic-mode channel, and ``GET /v1/webpush/key`` needs one of
+  Web Push's);
+- the push service hosts a Web Push subscription's ``endpoint`` may name
+  (``push.webpush.allowed_endpoints``, spelled in its ``pattern``; apps whose
+  hosts differ get a branch each);
 - ``server.max_batch_events`` as the batch's ``maxItems``.
 
 The event payload schemas the base refers to as files (``events/*.json``) are
@@ -29,7 +34,8 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -41,6 +47,7 @@ from starlette.responses import Response
 from bothy_notify import resources
 from bothy_notify.api.context import ApiContext
 from bothy_notify.api.preferences import known_categories
+from bothy_notify.config import WebPushConfig, provider_apps
 
 EVENT_FILE_PREFIX = "events/"
 PAYLOAD_PREFIX = "payload."
@@ -49,6 +56,9 @@ _SCHEMAS = "#/components/schemas/"
 
 AppsByProvider = tuple[tuple[str, tuple[str, ...]], ...]
 """``((provider, (app_id, ...)), ...)``: hashable, so a document is built once per value."""
+HostsByApp = tuple[tuple[str | None, tuple[str, ...]], ...]
+"""``((app_id, (host, ...)), ...)``; app ``None`` is a block without apps."""
+WEBPUSH = "webpush"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +68,13 @@ class Enumerations:
     Attributes:
         categories: every category a person can switch, built-in ones first.
         app_categories: ``notify.categories``, the categories of app hints.
-        providers: the configured providers (also the topic-mode channels).
+        providers: the configured providers (those without apps and with a
+            topic-mode form are also the topic-mode channels).
         apps: per provider that configures apps, the app ids (sorted); a
             provider not named here takes any ``app_id`` of the ID form.
         max_batch_events: ``server.max_batch_events``.
+        webpush_hosts: per Web Push app, the hosts of its ``allowed_endpoints``
+            (empty: the base's form of any https URL is kept).
     """
 
     categories: tuple[str, ...]
@@ -69,6 +82,7 @@ class Enumerations:
     providers: frozenset[str]
     apps: AppsByProvider = ()
     max_batch_events: int = 1000
+    webpush_hosts: HostsByApp = ()
 
 
 def enumerations(ctx: ApiContext) -> Enumerations:
@@ -81,6 +95,16 @@ def enumerations(ctx: ApiContext) -> Enumerations:
             (name, tuple(sorted(ids))) for name, ids in sorted(ctx.provider_apps.items()) if ids
         ),
         max_batch_events=ctx.config.server.max_batch_events,
+        webpush_hosts=webpush_hosts(ctx.config.push.webpush),
+    )
+
+
+def webpush_hosts(block: WebPushConfig | None) -> HostsByApp:
+    """The ``allowed_endpoints`` of each app of ``[push.webpush]`` (as configured)."""
+    if block is None:
+        return ()
+    return tuple(
+        (app.app_id, tuple(app.settings.allowed_endpoints)) for app in provider_apps(WEBPUSH, block)
     )
 
 
@@ -126,18 +150,89 @@ def served_document(enums: Enumerations) -> dict[str, Any]:
         _drop_branches(schemas, "Event", lambda branch: _const(branch, "type") == "hint.requested")
 
     apps = dict(enums.apps)
-    for name, field in (("RegistrationRequest", "provider"), ("RecipientRegistration", "channel")):
-        _drop_branches(schemas, name, partial(_not_configured, field, enums.providers))
+    channels = enums.providers - set(apps)  # a block with apps serves no recipients
+    for name, field, names in (
+        ("RegistrationRequest", "provider", enums.providers),
+        ("RecipientRegistration", "channel", channels),
+    ):
+        _drop_branches(schemas, name, partial(_not_configured, field, names))
     for branch in schemas["RegistrationRequest"].get("oneOf", []):
         target = _resolve(schemas, branch)
-        provider_apps = apps.get(str(_const(target, "provider")))
-        if provider_apps:
-            target["properties"]["app_id"] = {"enum": list(provider_apps)}
-            target["required"] = [*target["required"], "app_id"]
+        app_ids = apps.get(str(_const(target, "provider")))
+        if app_ids:
+            _require_app(target, app_ids)
+    if WEBPUSH in enums.providers and enums.webpush_hosts:
+        _spell_webpush_hosts(schemas, enums.webpush_hosts)
+    key_parameters = document["paths"]["/v1/webpush/key"]["get"]["parameters"]
+    if apps.get(WEBPUSH):
+        (app_id,) = (p for p in key_parameters if p["name"] == "app_id")
+        app_id.update(required=True, schema={"enum": list(apps[WEBPUSH])})
 
     events = schemas["EventBatch"]["properties"]["events"]
     events["maxItems"] = enums.max_batch_events
     return document
+
+
+def _require_app(branch: dict[str, Any], app_ids: Iterable[str]) -> None:
+    branch["properties"]["app_id"] = {"enum": list(app_ids)}
+    branch["required"] = [*(r for r in branch["required"] if r != "app_id"), "app_id"]
+
+
+def _spell_webpush_hosts(schemas: dict[str, Any], hosts: HostsByApp) -> None:
+    """Spell the allowed push service hosts in the subscription's ``endpoint``: in
+    ``PushSubscription`` itself when every app allows the same ones, else one branch
+    of ``RegistrationRequest`` per set of hosts, naming its apps."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for app_id, allowed in hosts:
+        groups.setdefault(allowed, []).extend([app_id] if app_id is not None else [])
+    if len(groups) == 1:
+        (allowed,) = groups
+        if allowed:
+            _spell_endpoint(schemas["PushSubscription"], allowed)
+        else:  # no endpoint can be registered
+            _drop_branches(schemas, "RegistrationRequest", _is_webpush)
+        return
+    request = schemas["RegistrationRequest"]
+    branches = [b for b in request.get("oneOf", []) if not _is_webpush(_resolve(schemas, b))]
+    for allowed, app_ids in groups.items():
+        if allowed:
+            branch = copy.deepcopy(schemas["WebPushRegistrationRequest"])
+            subscription = copy.deepcopy(schemas["PushSubscription"])
+            _spell_endpoint(subscription, allowed)
+            branch["properties"]["subscription"] = subscription
+            _require_app(branch, app_ids)
+            branches.append(branch)
+    request["oneOf"] = branches
+
+
+def _is_webpush(branch: Any) -> bool:
+    return _const(branch, "provider") == WEBPUSH
+
+
+def _spell_endpoint(subscription: dict[str, Any], allowed: Iterable[str]) -> None:
+    """The ``endpoint`` pattern of exactly the hosts ``host_allowed`` accepts for
+    ``allowed`` (exact names and ``*.suffix``, any case, trailing dots; IP literals),
+    with the base's port and path."""
+    endpoint = subscription["properties"]["endpoint"]
+    alternatives = []
+    for entry in allowed:
+        name = entry.lower().rstrip(".")
+        if ":" in name:  # an IPv6 literal, bracketed in a URL
+            alternatives.append(rf"\[{_caseless(name)}\]")
+        elif name.startswith("*."):  # at least one label: no dot first or last
+            head = "[A-Za-z0-9-](?:[A-Za-z0-9.-]*[A-Za-z0-9-])?"
+            alternatives.append(rf"{head}[.]{_caseless(name[2:])}[.]*")
+        else:
+            alternatives.append(rf"{_caseless(name)}[.]*")
+    base = endpoint["pattern"]
+    rest = base[base.index("(:") :]  # the port and the path, as the base gives them
+    endpoint["pattern"] = f"^https://({'|'.join(alternatives)}){rest}"
+
+
+def _caseless(name: str) -> str:
+    return "".join(
+        f"[{c}{c.upper()}]" if c.isalpha() else ("[.]" if c == "." else re.escape(c)) for c in name
+    )
 
 
 def _with_payload_schemas(document: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:

@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import os
+import re
 from typing import Any
 
+import httpx
 import pytest
 import schemathesis
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
@@ -18,10 +25,15 @@ from bothy_notify.api.document import (
     base_document,
     served_document,
 )
-from bothy_notify.config import PushConfig
+from bothy_notify.config import PushConfig, load_config_text
+from bothy_notify.push import providers as provider_table
+from bothy_notify.push.providers import PROVIDER_NAMES, topic_channels
+from bothy_notify.push.resolver import host_allowed
+from bothy_notify.push.webpush import generate_vapid_key, registrant
 from tests.harness import Launch, make_config
 
-ALL = frozenset({"apns", "fcm", "webhook", "fake"})
+ALL = frozenset(PROVIDER_NAMES)
+CHANNELS = frozenset(topic_channels())
 
 
 def enums(**changes: Any) -> Enumerations:
@@ -91,7 +103,7 @@ def test_only_the_configured_providers_and_channels_have_a_branch() -> None:
 def test_every_provider_the_daemon_can_configure_has_a_branch_in_the_base() -> None:
     document = served_document(enums())
     assert set(branches(document, "RegistrationRequest", "provider")) == ALL
-    assert set(branches(document, "RecipientRegistration", "channel")) == ALL
+    assert set(branches(document, "RecipientRegistration", "channel")) == CHANNELS
     # The provider blocks of push.*: each one a provider a registration may name.
     blocks = {f.name for f in dataclasses.fields(PushConfig) if f.default is None}
     assert blocks == ALL
@@ -169,6 +181,137 @@ def test_apps_are_required_and_named_where_configured() -> None:
         document, "RegistrationRequest", {"provider": "fcm", "token": "t", "app_id": "x"}
     )
     assert accepts(document, "RegistrationRequest", {"provider": "fake", "token": "t"})
+
+
+def browser_subscription(endpoint: str = "https://push.example.test/p/1") -> dict[str, Any]:
+    """``PushSubscription.toJSON()`` of a new browser key."""
+    point = (
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    )
+    encode = base64.urlsafe_b64encode
+    return {
+        "endpoint": endpoint,
+        "expirationTime": None,
+        "keys": {
+            "p256dh": encode(point).rstrip(b"=").decode(),
+            "auth": encode(os.urandom(16)).rstrip(b"=").decode(),
+        },
+    }
+
+
+def test_a_web_push_registration_is_the_browsers_subscription() -> None:
+    document = served_document(enums())
+    subscription = browser_subscription()
+    keys = subscription["keys"]
+    cases: list[tuple[dict[str, Any], bool]] = [
+        ({"subscription": subscription}, True),
+        ({"subscription": subscription, "app_id": "web", "environment": "production"}, True),
+        ({"subscription": {**subscription, "expirationTime": 4_102_444_800_000}}, True),
+        ({}, False),
+        ({"token": subscription["endpoint"]}, False),
+        ({"subscription": subscription, "token": "t"}, False),
+        ({"subscription": {**subscription, "extra": 1}}, False),
+        ({"subscription": {**subscription, "expirationTime": 0}}, False),
+        ({"subscription": {**subscription, "expirationTime": 253_402_300_800_000}}, False),
+        ({"subscription": {**subscription, "endpoint": "http://push.example.test/p"}}, False),
+        ({"subscription": {**subscription, "endpoint": "https://push.example.test/p#f"}}, False),
+        (
+            {"subscription": {**subscription, "keys": {**keys, "p256dh": "A" + keys["p256dh"]}}},
+            False,
+        ),
+        ({"subscription": {**subscription, "keys": {**keys, "auth": keys["auth"][1:]}}}, False),
+        ({"subscription": {**subscription, "keys": {**keys, "x": "y"}}}, False),
+    ]
+    for body, allowed in cases:
+        request = {"provider": "webpush", **body}
+        assert accepts(document, "RegistrationRequest", request) is allowed, body
+        # The form the document gives is the server's (the curve and the clock aside).
+        if "subscription" in body and set(request) <= {"provider", "subscription"}:
+            found = registrant(request)
+            assert (not hasattr(found, "field")) is allowed, (body, found)
+
+
+ALLOWED = ("push.example.test", "*.push.example.org", "127.0.0.1", "::1")
+HOSTS = [
+    *("push.example.test", "PUSH.Example.TEST", "push.example.test.", "push.example.test.."),
+    *("xpush.example.test", "push.example.test.evil", "push-example.test", "push.example"),
+    *("a.push.example.org", "A.b-c.PUSH.example.org.", "a..b.push.example.org"),
+    *("push.example.org", ".push.example.org", "a..push.example.org", "-.push.example.org"),
+    *("apush.example.org", "127.0.0.1", "127.0.0.10", "[::1]", "[::2]", "[::1]."),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    host=st.sampled_from(HOSTS),
+    rest=st.from_regex(r"\A(:[0-9]{1,5})?(/[!-~]{0,12})?\Z"),
+)
+def test_the_endpoint_pattern_names_exactly_the_allowed_hosts(host: str, rest: str) -> None:
+    document = served_document(enums(webpush_hosts=((None, ALLOWED),)))
+    endpoint = f"https://{host}{rest}"
+    subscription = {**browser_subscription(), "endpoint": endpoint}
+    in_document = accepts(document, "PushSubscription", subscription)
+    found = registrant({"subscription": subscription})
+    by_server = not hasattr(found, "field") and host_allowed(httpx.URL(endpoint).host, ALLOWED)
+    assert in_document is by_server, (endpoint, found)
+
+
+def test_apps_whose_hosts_differ_get_a_branch_each() -> None:
+    hosts = (("chat", ("a.example",)), ("shop", ("b.example",)), ("blog", ("a.example",)))
+    apps = (("webpush", ("blog", "chat", "shop")),)
+    document = served_document(enums(apps=apps, webpush_hosts=hosts))
+    for app_id, host, allowed in [
+        ("chat", "a.example", True),
+        ("blog", "a.example", True),
+        ("shop", "b.example", True),
+        ("shop", "a.example", False),
+        ("chat", "b.example", False),
+    ]:
+        subscription = browser_subscription(f"https://{host}/p")
+        body = {"provider": "webpush", "subscription": subscription, "app_id": app_id}
+        assert accepts(document, "RegistrationRequest", body) is allowed, (app_id, host)
+    body = {"provider": "webpush", "subscription": browser_subscription("https://a.example/")}
+    assert not accepts(document, "RegistrationRequest", body)  # app_id is required
+    same = served_document(
+        enums(apps=apps, webpush_hosts=tuple((a, ("a.example",)) for a, _ in hosts))
+    )
+    assert branches(same, "RegistrationRequest", "provider").count("webpush") == 1
+    nowhere = served_document(enums(webpush_hosts=((None, ()),)))
+    assert "webpush" not in branches(nowhere, "RegistrationRequest", "provider")
+
+
+def test_a_provider_with_apps_is_no_topic_channel_and_the_key_names_its_app() -> None:
+    document = served_document(enums(apps=(("fcm", ("beta",)), ("webpush", ("chat", "shop")))))
+    assert "fcm" not in branches(document, "RecipientRegistration", "channel")
+    assert "apns" in branches(document, "RecipientRegistration", "channel")
+    (app_id,) = document["paths"]["/v1/webpush/key"]["get"]["parameters"]
+    assert app_id["required"] is True and app_id["schema"] == {"enum": ["chat", "shop"]}
+    plain = served_document(enums())
+    (app_id,) = plain["paths"]["/v1/webpush/key"]["get"]["parameters"]
+    assert app_id["required"] is False  # without apps it is ignored
+
+
+async def test_the_apps_and_hosts_are_the_running_configurations(launch: Launch) -> None:
+    (pem_a, _), (pem_b, _) = generate_vapid_key(), generate_vapid_key()
+    config = load_config_text(
+        '[push.webpush]\nsubject = "mailto:ops@example.com"\n'
+        'allowed_endpoints = ["push.example.test"]\n'
+        '[push.webpush.apps.chat]\nvapid_private_key = "env:A"\n'
+        '[push.webpush.apps.shop]\nvapid_private_key = "env:B"\n',
+        env={"A": pem_a, "B": pem_b},
+    )
+    node = await launch(config=config, providers=provider_table.build(config.push, dev=False))
+    document = (await node.request("GET", "/v1/openapi.json")).json()
+    schemas = document["components"]["schemas"]
+    assert branches(document, "RegistrationRequest", "provider") == ["webpush"]
+    assert schemas["WebPushRegistrationRequest"]["properties"]["app_id"] == {
+        "enum": ["chat", "shop"]
+    }
+    pattern = schemas["PushSubscription"]["properties"]["endpoint"]["pattern"]
+    assert re.fullmatch(pattern, "https://Push.Example.Test/x")
+    assert not re.fullmatch(pattern, "https://push.example.com/x")
 
 
 def test_the_batch_bound_is_server_max_batch_events() -> None:
