@@ -1,35 +1,54 @@
 """Fixtures of the contract run: data it needs that the API's own operations cannot make.
 
-One fixture per resource, keyed by the name of the path parameter whose values
-it makes (``thread_id``). It runs once before the run against the daemon's
-HTTP API, and its values become that parameter's ``examples`` in the document
-the run reads. Resources the API itself makes (registrations, recipients,
-subscriptions) need no fixture: the document's ``links`` make them in the
-stateful phase. A new operation whose path parameter is neither linked to nor
-fixtured never reaches a 2xx, and the contract test names it.
+Two kinds, each keyed by a name in the document, never by an operation:
+
+- per path parameter (:data:`FIXTURES`, ``thread_id``): it runs once before the
+  run against the daemon's HTTP API, and its values become that parameter's
+  ``examples`` in the document the run reads;
+- per schema component (:data:`SCHEMA_FIXTURES`, ``PushSubscription``): values
+  that hold a condition no schema can say (a browser's key is a point on the
+  P-256 curve, an expiry is still ahead). In the document the run reads the
+  component keeps its schema and also takes an ``enum`` of them, so every valid
+  request carries one, and an invalid one breaks the schema, not the curve.
+
+Resources the API itself makes (registrations, recipients, subscriptions) need
+no fixture: the document's ``links`` make them in the stateful phase. A new
+operation whose path parameter is neither linked to nor fixtured never reaches
+a 2xx, and the contract test names it.
 """
 
 from __future__ import annotations
 
+import base64
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.contract.harness import fresh_name
 
 
 @dataclass(frozen=True)
 class Caller:
-    """Who the run acts as: the person of its device token, and the producer."""
+    """Who the run acts as: the person of its device token, the producer, and the
+    operator (``admin:write``, which also reads the status)."""
 
     user_id: str
     device_token: str
     producer_token: str
+    operator_token: str
 
 
-Fixture = Callable[[httpx.Client, Caller], list[str]]
+Fixture = Callable[[httpx.Client, Caller], list[Any]]
+
+PUSH_SERVICE = "push.contract.invalid"
+"""The push service host of the run's Web Push subscriptions: the run's only
+``push.webpush.allowed_endpoints``, a name that never resolves (RFC 6761)."""
 
 
 def readable_threads(api: httpx.Client, caller: Caller) -> list[str]:
@@ -67,10 +86,47 @@ def readable_threads(api: httpx.Client, caller: Caller) -> list[str]:
     return threads
 
 
+def browser_subscriptions(api: httpx.Client, caller: Caller) -> list[dict[str, Any]]:
+    """Three browsers' ``PushSubscription.toJSON()`` (each its own P-256 key and auth
+    secret) at :data:`PUSH_SERVICE`, one with an expiry years ahead."""
+
+    def b64url(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+    subscriptions = []
+    for n, expires in enumerate((None, None, 4_102_444_800_000)):  # 2100-01-01
+        point = (
+            ec.generate_private_key(ec.SECP256R1())
+            .public_key()
+            .public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+        )
+        subscriptions.append(
+            {
+                "endpoint": f"https://{PUSH_SERVICE}/push/{fresh_name(f'browser-{n}')}",
+                "expirationTime": expires,
+                "keys": {"p256dh": b64url(point), "auth": b64url(os.urandom(16))},
+            }
+        )
+    return subscriptions
+
+
 FIXTURES: Mapping[str, Fixture] = {"thread_id": readable_threads}
 """Per path parameter name, the fixture that makes values for it."""
+SCHEMA_FIXTURES: Mapping[str, Fixture] = {"PushSubscription": browser_subscriptions}
+"""Per schema component (``#/components/schemas/<name>``), the fixture of its values."""
 
 
-def make_examples(api: httpx.Client, caller: Caller) -> dict[str, list[str]]:
-    """Run every fixture; the values per path parameter name."""
-    return {name: fixture(api, caller) for name, fixture in FIXTURES.items()}
+@dataclass(frozen=True)
+class Examples:
+    """What the fixtures made: values per path parameter and per schema component."""
+
+    parameters: dict[str, list[Any]]
+    schemas: dict[str, list[Any]]
+
+
+def make_examples(api: httpx.Client, caller: Caller) -> Examples:
+    """Run every fixture."""
+    return Examples(
+        parameters={name: fixture(api, caller) for name, fixture in FIXTURES.items()},
+        schemas={name: fixture(api, caller) for name, fixture in SCHEMA_FIXTURES.items()},
+    )

@@ -7,12 +7,16 @@ document's links) and every check, each operation in valid and invalid
 requests. It knows nothing about the operations themselves:
 
 - credentials are per security scheme of the document (``deviceToken``,
-  ``producerToken``);
+  ``producerToken``, ``operatorToken``); a scheme without one stops the run
+  before it starts, naming it;
 - data a request needs that the API's own operations cannot make (a thread
   the person may read: threads come from the producer's events) comes from
   fixtures keyed by path parameter name (:data:`tests.contract.fixtures.FIXTURES`),
   whose values become the parameter's ``examples`` in the document the run
-  reads, so the examples and coverage phases use them;
+  reads, so the examples and coverage phases use them; values holding a
+  condition no schema can say (a browser's key on the P-256 curve) come from
+  fixtures keyed by schema component (:data:`tests.contract.fixtures.SCHEMA_FIXTURES`),
+  which the component takes as an ``enum`` beside its own schema;
 - resources the API makes (registrations, recipients, subscriptions) come from
   the document's ``links``, which the stateful phase follows: a registration is
   deleted after it was created, a recipient's subscriptions are changed after it
@@ -103,11 +107,20 @@ def documented_operations(document: Mapping[str, Any]) -> list[str]:
 
 
 def with_fixture_examples(
-    document: Mapping[str, Any], examples: Mapping[str, Sequence[str]]
+    document: Mapping[str, Any],
+    examples: Mapping[str, Sequence[Any]],
+    schema_values: Mapping[str, Sequence[Any]] | None = None,
 ) -> dict[str, Any]:
     """``document`` with ``examples[name]`` as the examples of every path parameter
-    called ``name`` (resolved through ``#/components/parameters``)."""
+    called ``name`` (resolved through ``#/components/parameters``), and each
+    ``#/components/schemas/<name>`` of ``schema_values`` narrowed to an ``enum`` of
+    its values (its own schema kept beside it)."""
     out = copy.deepcopy(dict(document))
+    schemas = out["components"]["schemas"]
+    for name, narrowed in (schema_values or {}).items():
+        if name not in schemas:
+            raise ValueError(f"a schema fixture names {name!r}, which the document lacks")
+        schemas[name] = {**schemas[name], "enum": list(narrowed), "examples": list(narrowed)}
     shared = out.get("components", {}).get("parameters", {})
     for item in out["paths"].values():
         for method, operation in item.items():
@@ -128,7 +141,8 @@ def run_contract(
     api: str,
     *,
     bearer: Mapping[str, str],
-    examples: Mapping[str, Sequence[str]],
+    examples: Mapping[str, Sequence[Any]],
+    schema_values: Mapping[str, Sequence[Any]] | None = None,
     max_examples: int,
     seed: int,
 ) -> tuple[dict[str, Any], ContractReport]:
@@ -138,14 +152,21 @@ def run_contract(
         api: the daemon's HTTP API.
         bearer: a token per security scheme of the document.
         examples: fixture values per path parameter name.
+        schema_values: fixture values per schema component name.
         max_examples: hypothesis examples per operation and phase.
         seed: the run's seed.
 
     Returns:
         The document the run read (fixtures included) and the report.
+
+    Raises:
+        ValueError: a security scheme of the document has no token in ``bearer``.
     """
     served = httpx.get(f"{api}/v1/openapi.json", timeout=10).raise_for_status().json()
-    document = with_fixture_examples(served, examples)
+    missing = sorted(set(served["components"].get("securitySchemes", {})) - set(bearer))
+    if missing:
+        raise ValueError(f"give the contract run a token for the security schemes {missing}")
+    document = with_fixture_examples(served, examples, schema_values)
     config = SchemathesisConfig.from_dict(
         {
             "seed": seed,

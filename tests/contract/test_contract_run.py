@@ -24,9 +24,11 @@ import psycopg
 import pytest
 import trio
 
-from tests.contract.fixtures import Caller, make_examples
+from bothy_notify.auth import mint_token
+from bothy_notify.push.webpush import generate_vapid_key
+from tests.contract.fixtures import PUSH_SERVICE, Caller, make_examples
 from tests.contract.harness import documented_operations, fresh_name, run_contract
-from tests.harness import device_token, producer_token
+from tests.harness import TEST_KEY, device_token, producer_token
 from tests.procs import DaemonProcess, write_config
 from tests.support.providers import provider_blocks, provider_credentials
 
@@ -46,14 +48,24 @@ def _seed() -> int:
 
 @pytest.mark.timeout(600)  # about 20 s of CPU; a loaded machine stretches it
 def test_the_served_document_equals_the_server(database_url: str, tmp_path: Path) -> None:
+    vapid_pem, _ = generate_vapid_key()  # as `bothy-notify vapid generate` makes it
     config = write_config(
         tmp_path / "contract.toml",
         database_url,
         notify={"categories": ["social", "billing"]},
-        push={"fake": {}, **provider_blocks()},
+        push={
+            "fake": {},
+            **provider_blocks(),
+            "webpush": {
+                "vapid_private_key": "env:BOTHY_TEST_VAPID",
+                "subject": "mailto:contract@bothy.test",
+                "allowed_endpoints": [PUSH_SERVICE],
+            },
+        },
         log={"level": "warning"},
     )
-    daemon = DaemonProcess(config, tmp_path / "daemon.log", env=provider_credentials())
+    env = {**provider_credentials(), "BOTHY_TEST_VAPID": vapid_pem}
+    daemon = DaemonProcess(config, tmp_path / "daemon.log", env=env)
     trio.run(daemon.start)
     try:
         user = fresh_name("contract-person")
@@ -61,14 +73,20 @@ def test_the_served_document_equals_the_server(database_url: str, tmp_path: Path
             user_id=user,
             device_token=device_token(user, fresh_name("contract-phone")),
             producer_token=producer_token(),
+            operator_token=mint_token(TEST_KEY, {"sub": "contract-ops", "scope": "admin:write"}),
         )
         with httpx.Client(base_url=daemon.api_url, timeout=10) as api:
             examples = make_examples(api, caller)
         cpu = (time.process_time(), _process_cpu(daemon.pid))
         document, report = run_contract(
             daemon.api_url,
-            bearer={"deviceToken": caller.device_token, "producerToken": caller.producer_token},
-            examples=examples,
+            bearer={
+                "deviceToken": caller.device_token,
+                "producerToken": caller.producer_token,
+                "operatorToken": caller.operator_token,
+            },
+            examples=examples.parameters,
+            schema_values=examples.schemas,
             max_examples=int(os.environ.get("CONTRACT_EXAMPLES", EXAMPLES)),
             seed=_seed(),
         )
