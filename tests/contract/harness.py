@@ -53,6 +53,12 @@ over ``server.max_batch_events``, the served document's ``maxItems``, is refused
 with 413 as SPEC says)."""
 
 
+REQUEST_TIMEOUT = 30
+"""Seconds one request may take before it counts as a failure: every answer comes in
+milliseconds, but a machine running several suites at once stalls a process for
+seconds (a stall is not a contract failure; a daemon that stops answering still is)."""
+
+
 @dataclass
 class ContractReport:
     """What a run found.
@@ -162,7 +168,7 @@ def run_contract(
     Raises:
         ValueError: a security scheme of the document has no token in ``bearer``.
     """
-    served = httpx.get(f"{api}/v1/openapi.json", timeout=10).raise_for_status().json()
+    served = httpx.get(f"{api}/v1/openapi.json", timeout=REQUEST_TIMEOUT).raise_for_status().json()
     missing = sorted(set(served["components"].get("securitySchemes", {})) - set(bearer))
     if missing:
         raise ValueError(f"give the contract run a token for the security schemes {missing}")
@@ -173,7 +179,7 @@ def run_contract(
             "base-url": api,
             "continue-on-failure": True,
             "suppress-health-check": ["all"],
-            "request-timeout": 10,
+            "request-timeout": REQUEST_TIMEOUT,
             "generation": {"max-examples": max_examples, "database": "none"},
             "auth": {"openapi": {name: {"bearer": token} for name, token in bearer.items()}},
             "checks": {"negative_data_rejection": {"expected-statuses": NEGATIVE_REJECTIONS}},
