@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,6 +30,7 @@ from bothy_notify.push.providers import PROVIDER_NAMES, topic_channels
 from bothy_notify.push.resolver import host_allowed
 from bothy_notify.push.webpush import generate_vapid_key, registrant
 from tests.harness import Launch, make_config
+from tests.push.fake_webpush import Browser
 
 ALL = frozenset(PROVIDER_NAMES)
 CHANNELS = frozenset(topic_channels())
@@ -185,20 +185,8 @@ def test_apps_are_required_and_named_where_configured() -> None:
 
 def browser_subscription(endpoint: str = "https://push.example.test/p/1") -> dict[str, Any]:
     """``PushSubscription.toJSON()`` of a new browser key."""
-    point = (
-        ec.generate_private_key(ec.SECP256R1())
-        .public_key()
-        .public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
-    )
-    encode = base64.urlsafe_b64encode
-    return {
-        "endpoint": endpoint,
-        "expirationTime": None,
-        "keys": {
-            "p256dh": encode(point).rstrip(b"=").decode(),
-            "auth": encode(os.urandom(16)).rstrip(b"=").decode(),
-        },
-    }
+    browser = Browser("b", endpoint, ec.generate_private_key(ec.SECP256R1()), os.urandom(16))
+    return browser.subscription()
 
 
 def test_a_web_push_registration_is_the_browsers_subscription() -> None:

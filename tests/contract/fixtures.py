@@ -19,7 +19,6 @@ a 2xx, and the contract test names it.
 
 from __future__ import annotations
 
-import base64
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -27,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.contract.harness import fresh_name
+from tests.push.fake_webpush import Browser
 
 
 @dataclass(frozen=True)
@@ -89,25 +88,19 @@ def readable_threads(api: httpx.Client, caller: Caller) -> list[str]:
 def browser_subscriptions(api: httpx.Client, caller: Caller) -> list[dict[str, Any]]:
     """Three browsers' ``PushSubscription.toJSON()`` (each its own P-256 key and auth
     secret) at :data:`PUSH_SERVICE`, one with an expiry years ahead."""
-
-    def b64url(data: bytes) -> str:
-        return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-    subscriptions = []
-    for n, expires in enumerate((None, None, 4_102_444_800_000)):  # 2100-01-01
-        point = (
-            ec.generate_private_key(ec.SECP256R1())
-            .public_key()
-            .public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    browsers = [
+        Browser(
+            f"browser-{n}",
+            f"https://{PUSH_SERVICE}/push/{fresh_name(f'browser-{n}')}",
+            ec.generate_private_key(ec.SECP256R1()),
+            os.urandom(16),
         )
-        subscriptions.append(
-            {
-                "endpoint": f"https://{PUSH_SERVICE}/push/{fresh_name(f'browser-{n}')}",
-                "expirationTime": expires,
-                "keys": {"p256dh": b64url(point), "auth": b64url(os.urandom(16))},
-            }
-        )
-    return subscriptions
+        for n in range(3)
+    ]
+    return [
+        browser.subscription(expires)
+        for browser, expires in zip(browsers, (None, None, 4_102_444_800_000), strict=True)
+    ]  # 4_102_444_800_000: 2100-01-01
 
 
 FIXTURES: Mapping[str, Fixture] = {"thread_id": readable_threads}
