@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= config/dev.toml
 
-.PHONY: run test lint typecheck unit install-check client-test browser bench migrate demo schemas clean
+.PHONY: run test lint typecheck unit contract install-check client-test browser bench migrate demo schemas clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ typecheck: $(STAMP)
 PYTEST_WORKERS ?= 2
 unit: $(STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS)
+
+## contract: schemathesis with every phase and check against `bothy-notify run`, on the document
+## it serves (GET /v1/openapi.json): zero failures, every operation reaching a 2xx (tests/contract,
+## also part of `unit`); CONTRACT_SEED=random tries a new run, CONTRACT_EXAMPLES=N a longer one
+contract: $(STAMP)
+	$(PY) -m pytest -q -s tests/contract
 
 ## install-check: build the sdist and the wheel, install the wheel without extras in a fresh
 ## virtualenv, and from another directory run check-config, run (embedded PostgreSQL), one

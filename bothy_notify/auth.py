@@ -61,6 +61,8 @@ MAX_KID_CHARS = 256
 LATEST_EXPIRY = 253_402_300_799
 """9999-12-31T23:59:59Z, the latest instant a ``datetime`` holds: later ``exp`` values
 are read as this one (such a token never expires in practice)."""
+LATEST_INSTANT = datetime.max.replace(tzinfo=UTC)
+"""The latest instant a ``datetime`` holds; deadlines computed from a token stop here."""
 TIME_CLAIMS = ("exp", "nbf", "iat")
 """NumericDate claims (RFC 7519 section 2): JSON numbers when present."""
 VERIFIED_TOKENS = 10_000
@@ -310,6 +312,20 @@ class TokenVerifier:
         if EVENTS_WRITE not in scopes:
             raise ScopeError("token lacks scope events:write")
         return ProducerClaims(str(claims.get("sub", "")), scopes)
+
+
+def accepted_until(expires_at: datetime, leeway: timedelta) -> datetime:
+    """The instant a token whose ``exp`` is ``expires_at`` stops being accepted:
+    ``exp`` plus ``auth.leeway``, as :meth:`TokenVerifier.decode` judges it.
+
+    Saturates at :data:`LATEST_INSTANT` (``exp`` 9999-12-31T23:59:59Z plus any
+    leeway is that instant), so a deadline taken from any token the verifier
+    accepts never overflows. Every deadline computed from a token's expiry (the
+    gateway's expiry watch) goes through here.
+    """
+    if expires_at >= LATEST_INSTANT - leeway:
+        return LATEST_INSTANT
+    return expires_at + leeway
 
 
 def _scopes(claims: Mapping[str, Any]) -> frozenset[str]:

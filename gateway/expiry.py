@@ -1,8 +1,11 @@
 """Closing connections whose token expired (close code 4001, ``token expired``).
 
 A connection may live only as long as the token it identified with: until the
-token's ``exp`` plus ``auth.leeway`` (the skew the verifier allows too). A
-``reauth`` op with a fresh token of the same identity moves that deadline.
+token's ``exp`` plus ``auth.leeway`` (the skew the verifier allows too), as
+:func:`bothy_notify.auth.accepted_until` computes it for the verifier's
+claims: saturated at the latest instant a ``datetime`` holds, so the largest
+``exp`` a token carries is watched like any other. A ``reauth`` op with a
+fresh token of the same identity moves that deadline.
 
 One task per gateway keeps every deadline in a heap and sleeps on the
 injected clock until the earliest one, so tests move time with a fake clock.
@@ -19,6 +22,7 @@ from datetime import datetime, timedelta
 
 import trio
 
+from bothy_notify.auth import accepted_until
 from bothy_notify.kernel.clock import Clock
 from gateway.connection import Connection
 from gateway.hub import Hub
@@ -59,7 +63,7 @@ class ExpiryWatch:
         """
         if expires_at is None:
             return
-        deadline = expires_at + self._leeway
+        deadline = accepted_until(expires_at, self._leeway)
         earliest = self._heap[0][0] if self._heap else None
         self._watched[conn.serial] = (conn, deadline)
         heapq.heappush(self._heap, (deadline, conn.serial))

@@ -103,9 +103,11 @@ async def _action_type(ctx: ApiContext, request: Request) -> str | None:
         raise invalid("(body)", "expected an object")
     if set(body) - {"type"}:
         raise invalid("(body)", "unknown field")
-    event_type = body.get("type")
-    if event_type is None:
+    if "type" not in body:
         return None
+    event_type = body["type"]
+    if event_type is None:  # a member is a value or absent, never null
+        raise invalid("type", "must not be null")
     if (
         not isinstance(event_type, str)
         or len(event_type) > 128

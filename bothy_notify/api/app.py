@@ -5,12 +5,24 @@ exception is logged (without request data) and answered 500. A database that
 cannot be reached (:class:`~bothy_notify.store.db.StoreUnavailable`, from any
 handler) is answered 503 ``unavailable`` with ``Retry-After``, here and nowhere
 else; the process stays up and answers again once the database is back.
+
+Path parameters are checked here, for every route, before the handler runs
+and so before any store call: each one named in a route's path has its form
+in :data:`PATH_PARAMETERS`, and a value of another form (NUL, invalid UTF-8,
+5,000 characters, ``../``) names nothing that can exist. Such a request is
+answered once its bearer token is verified (signature and time, which read
+nothing; a missing or bad token is 401 as everywhere): 204 for a DELETE
+(SPEC: a DELETE answers 204 when there is nothing to delete), else 404. A
+route whose path names a parameter without a form is refused when the app is
+built.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -25,6 +37,7 @@ from starlette.routing import Route
 from bothy_notify.api import (
     admin,
     catalogue,
+    document,
     events,
     ops,
     preferences,
@@ -32,14 +45,60 @@ from bothy_notify.api import (
     registrations,
     threads,
 )
-from bothy_notify.api.context import BODY_DEADLINE, ApiContext
-from bothy_notify.api.errors import ApiError, error_response, unavailable
+from bothy_notify.api.context import BODY_DEADLINE, ApiContext, bearer
+from bothy_notify.api.errors import ApiError, error_response, thread_not_found, unavailable
+from bothy_notify.auth import AuthError
+from bothy_notify.kernel.ids import DAEMON_ID_PATTERN, ID_PATTERN
 from bothy_notify.kernel.sockets import bind_shared
 from bothy_notify.store.db import StoreUnavailable
 
 log = logging.getLogger("bothy.api")
 
 Handler = Callable[[ApiContext, Request], Awaitable[Response]]
+
+
+@dataclass(frozen=True, slots=True)
+class PathParameter:
+    """The form of a path parameter, and the answer to a value of another form
+    (a GET or PUT; a DELETE answers 204)."""
+
+    form: re.Pattern[str]
+    not_found: Callable[[], ApiError]
+
+    def fits(self, value: object) -> bool:
+        return isinstance(value, str) and self.form.fullmatch(value) is not None
+
+
+PATH_PARAMETERS: dict[str, PathParameter] = {
+    "registration_id": PathParameter(
+        re.compile(DAEMON_ID_PATTERN),
+        lambda: ApiError(404, "not_found", "no such registration"),
+    ),
+    "thread_id": PathParameter(re.compile(ID_PATTERN), thread_not_found),
+}
+"""Every path parameter a route may name, by name (SPEC section 7: app IDs are 1 to
+128 characters of ``[A-Za-z0-9._:-]``; registration ids are the daemon's UUIDs)."""
+
+
+def _bad_path_parameter(ctx: ApiContext, request: Request, method: str) -> Response | None:
+    """The answer when a path parameter is not of its form, else ``None``.
+
+    Raises:
+        ApiError: 401 when the request has no valid token.
+    """
+    for name, value in request.path_params.items():
+        parameter = PATH_PARAMETERS[name]
+        if not parameter.fits(value):
+            try:
+                ctx.verifier.decode(bearer(request))
+            except AuthError:
+                raise ApiError(
+                    401, "unauthorized", "the token is missing, invalid or expired"
+                ) from None
+            if method == "DELETE":
+                return Response(status_code=204)
+            return parameter.not_found().response()
+    return None
 
 
 def _bind(
@@ -53,6 +112,9 @@ def _bind(
         method = "GET" if request.method == "HEAD" else request.method
         request.scope[BODY_DEADLINE] = trio.current_time() + body_timeout
         try:
+            refused = _bad_path_parameter(ctx, request, method)
+            if refused is not None:
+                return refused
             return await handlers[method](ctx, request)
         except StoreUnavailable:
             return unavailable()
@@ -83,6 +145,10 @@ DEVICE_ROUTES: list[tuple[str, Handler, list[str]]] = [
 PRODUCER_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/v1/events", events.post_events, ["POST"]),
 ]
+DOCUMENT_ROUTES: list[tuple[str, Handler, list[str]]] = [
+    ("/v1/openapi.json", document.get_openapi, ["GET"]),
+]
+"""The API document with this server's enumerations (no token)."""
 TOPIC_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/v1/recipients/register", recipients.post_register, ["POST"]),
     ("/v1/recipients/unregister", recipients.post_unregister, ["POST"]),
@@ -115,8 +181,14 @@ def build_app(
     table = list(OPERATOR_ROUTES)
     if not operator_only:
         table = (
-            DEVICE_ROUTES + PRODUCER_ROUTES + TOPIC_ROUTES + ADMIN_ROUTES + (extra_routes or [])
-        ) + table
+            DEVICE_ROUTES
+            + PRODUCER_ROUTES
+            + TOPIC_ROUTES
+            + ADMIN_ROUTES
+            + DOCUMENT_ROUTES
+            + (extra_routes or [])
+            + table
+        )
     by_path: dict[str, dict[str, Handler]] = {}
     for path, fn, methods in table:
         for method in methods:
@@ -125,6 +197,12 @@ def build_app(
         Route(path, _bind(ctx, handlers), methods=list(handlers))
         for path, handlers in by_path.items()
     ]
+    for route in routes:
+        unknown = set(route.param_convertors) - set(PATH_PARAMETERS)
+        if unknown:
+            raise ValueError(
+                f"route {route.path}: give the form of {sorted(unknown)} in api.app.PATH_PARAMETERS"
+            )
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

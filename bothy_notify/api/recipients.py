@@ -180,6 +180,8 @@ def _state(ctx: ApiContext, state: store.RecipientState) -> JSONResponse:
 def _delivery(body: dict[str, Any]) -> tuple[str, TopicDelivery]:
     """(channel, what the channel read: token or URL, environment, signing key) as far
     as check 2 goes; the channels and how each is given are the provider table's."""
+    if any(value is None for value in body.values()):  # a member is a value or absent
+        _malformed()
     channel = body.get("channel")
     if not isinstance(channel, str) or channel not in topic_channels():
         _malformed()

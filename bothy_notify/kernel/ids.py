@@ -76,3 +76,13 @@ def new_id() -> str:
     costs twice as much, and the round makes one per event)."""
     h = "%032x" % _source.next_int()  # noqa: UP031 - the fastest formatting here
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+DAEMON_ID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+"""The form of the IDs the daemon makes (:func:`new_id`): a UUID, lowercase."""
+_DAEMON_ID_RE = re.compile(DAEMON_ID_PATTERN)
+
+
+def is_daemon_id(value: object) -> bool:
+    """Whether ``value`` is a string of the form :func:`new_id` makes."""
+    return isinstance(value, str) and _DAEMON_ID_RE.fullmatch(value) is not None

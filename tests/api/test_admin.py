@@ -88,6 +88,13 @@ async def test_the_status_needs_an_operator_token_and_the_actions_admin_write(
             "POST", path, token=operator_token("admin:write"), json={"type": "no type!"}
         )
         assert (bad.status_code, bad.json()["error"]["message"]) == (422, "type: not an event type")
+        null = await node.request(
+            "POST", path, token=operator_token("admin:write"), json={"type": None}
+        )
+        assert (null.status_code, null.json()["error"]["message"]) == (
+            422,
+            "type: must not be null",
+        )
         extra = await node.request(
             "POST", path, token=operator_token("admin:write"), json={"seqs": [1]}
         )

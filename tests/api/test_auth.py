@@ -242,7 +242,8 @@ DEVICE_ENDPOINTS: list[tuple[str, str, Any]] = [
     ("GET", "/v1/catalogue", None),
     ("GET", "/v1/registrations", None),
     ("POST", "/v1/registrations", {"provider": "fake", "token": "tok"}),
-    ("DELETE", "/v1/registrations/r1", None),
+    # An id of the registrations' form: another form is answered without the handler.
+    ("DELETE", "/v1/registrations/0190a6e8-7c3a-7000-8000-000000000001", None),
 ]
 
 

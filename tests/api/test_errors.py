@@ -122,7 +122,7 @@ async def test_error_messages_echo_no_token_id_or_url(launch: Launch) -> None:
     node = await launch()
     marker = "Zq7MarkerIdW"
     answers = await refusals(node, marker)
-    assert [r.status_code for r in answers] == [422, 422, 422, 422, 422, 422, 403, 401, 404]
+    assert [r.status_code for r in answers] == [404, 422, 422, 422, 422, 422, 403, 401, 404]
     for response in answers:
         error_of(response)
         assert marker not in response.text

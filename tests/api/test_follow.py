@@ -69,7 +69,6 @@ async def test_the_api_and_the_thread_followed_event_write_one_projection(launch
         ("t1", {}, "level: required"),
         ("t1", {"level": "all", "why": 1}, "(body): unknown field"),
         ("t1", "all", "(body): expected an object"),
-        ("t%20one", {"level": "all"}, "thread_id: does not have the required form"),
     ],
 )
 async def test_a_wrong_follow_request_is_422_naming_the_field(
@@ -79,6 +78,15 @@ async def test_a_wrong_follow_request_is_422_naming_the_field(
     response = await follow(node, thread, body)
     assert response.status_code == 422
     assert response.json() == {"error": {"code": "invalid", "message": message}}
+    assert await node.sql("SELECT count(*) FROM bothy.follows") == [(0,)]
+
+
+async def test_a_thread_id_of_another_form_is_404_like_a_missing_thread(launch: Launch) -> None:
+    # SPEC section 14: a path id of any form is 404, never a field error.
+    node = await launch()
+    response = await follow(node, "t%20one", {"level": "all"})
+    assert response.status_code == 404
+    assert response.json() == {"error": {"code": "not_found", "message": "no such thread"}}
     assert await node.sql("SELECT count(*) FROM bothy.follows") == [(0,)]
 
 

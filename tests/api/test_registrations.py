@@ -146,3 +146,15 @@ async def test_a_token_of_three_thousand_characters_is_stored_and_found_again(
 
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["id"] == first.json()["id"]
+
+
+@pytest.mark.parametrize("field", ["environment", "app_id", "signing_key", "token"])
+async def test_a_member_given_as_null_is_422_naming_it(launch: Launch, field: str) -> None:
+    node = await launch()
+    body = {"provider": "fake", "token": "tok-null", field: None}
+    answer = await node.request(
+        "POST", "/v1/registrations", json=body, token=device_token("alex", "phone")
+    )
+    assert answer.status_code == 422
+    assert answer.json()["error"] == {"code": "invalid", "message": f"{field}: must not be null"}
+    assert await node.sql("SELECT count(*) FROM bothy.push_registrations") == [(0,)]

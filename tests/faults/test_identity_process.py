@@ -27,8 +27,6 @@ import httpx
 import psycopg
 import pytest
 import trio
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from bothy_notify.auth import mint_token
 from tests.faults.conftest import DaemonFactory
@@ -38,6 +36,7 @@ from tests.harness import TEST_KEY, device_token
 from tests.hostile.rawhttp import exchange, request_bytes
 from tests.hostile.wsframes import client_frame
 from tests.procs import DaemonProcess
+from tests.support.providers import provider_blocks, provider_credentials
 
 pytestmark = pytest.mark.slow
 
@@ -45,40 +44,6 @@ MAX_REGISTRATIONS = 3
 MAX_CONNECTIONS = 3
 MAX_FRAME = 4096
 SIGNING_KEY = "whsec_" + base64.b64encode(b"k" * 32).decode()
-NOWHERE = "https://127.0.0.1:9"
-"""Where APNs and FCM are configured: no send goes to them in this test."""
-
-
-def provider_credentials() -> dict[str, str]:
-    """An APNs .p8 key and an FCM service account, as the environment gives them."""
-    p8 = (
-        ec.generate_private_key(ec.SECP256R1())
-        .private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-        .decode()
-    )
-    rsa_pem = (
-        rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        .private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-        .decode()
-    )
-    account = {
-        "type": "service_account",
-        "project_id": "identity-test",
-        "private_key_id": "k1",
-        "private_key": rsa_pem,
-        "client_email": "push@identity-test.iam.gserviceaccount.com",
-        "client_id": "1",
-        "token_uri": f"{NOWHERE}/token",
-    }
-    return {"BOTHY_TEST_APNS_KEY": p8, "BOTHY_TEST_FCM": json.dumps(account)}
 
 
 async def start(daemons: DaemonFactory) -> DaemonProcess:
@@ -90,14 +55,7 @@ async def start(daemons: DaemonFactory) -> DaemonProcess:
         notify={"mobile_delay_when_desktop_active": "0s"},
         push={
             "max_registrations_per_person": MAX_REGISTRATIONS,
-            "apns": {
-                "key": "env:BOTHY_TEST_APNS_KEY",
-                "key_id": "KEY123ABCD",
-                "team_id": "TEAM12345X",
-                "bundle_id": "com.example.chat",
-                "endpoint": NOWHERE,
-            },
-            "fcm": {"service_account": "env:BOTHY_TEST_FCM", "endpoint": NOWHERE},
+            **provider_blocks(),
             "webhook": {"allowed_domains": ["localhost"], "allow_private_addresses": True},
         },
     )

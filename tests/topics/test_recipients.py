@@ -12,18 +12,13 @@ from typing import Any
 import httpx
 import pytest
 
-from bothy_notify.api.app import build_app
-from bothy_notify.api.context import ApiContext
-from bothy_notify.auth import TokenVerifier
 from bothy_notify.kernel.clock import FakeClock
-from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.push.fake import FakeProvider
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webhook import WebhookProvider
-from bothy_notify.store.db import Database
-from bothy_notify.store.events import EventValidator
 from bothy_notify.topics.model import b64, epoch_of
 from tests.harness import Launch, Node, device_token, make_config, producer_token
+from tests.support.offline import offline_app
 from tests.topics.helpers import (
     DEVICE,
     Recipient,
@@ -624,17 +619,8 @@ async def test_no_error_or_answer_names_a_recipient_topic_token_or_url(launch: L
 
 
 async def test_an_unreachable_database_answers_503_unavailable() -> None:
-    config = make_config()
-    ctx = ApiContext(
-        db=Database("postgresql://unused.invalid/none"),  # never opened: unreachable
-        verifier=TokenVerifier(config.auth),
-        config=config,
-        clock=FakeClock(),
-        metrics=Metrics(),
-        validator=EventValidator(),
-        provider_names=frozenset({"fake"}),
-    )
-    transport = httpx.ASGITransport(app=build_app(ctx))
+    # The offline app's database is never opened: unreachable.
+    transport = httpx.ASGITransport(app=offline_app())
     async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
         who = Recipient()
         for token in (DEVICE, producer_token()):
@@ -649,3 +635,12 @@ async def test_an_unreachable_database_answers_503_unavailable() -> None:
                     headers={"authorization": f"Bearer {token}"},
                 )
                 assert error(response) == (503, "unavailable", "the database is unavailable")
+
+
+@pytest.mark.parametrize("field", ["environment", "token", "url", "signing_key"])
+async def test_a_member_given_as_null_is_malformed(launch: Launch, field: str) -> None:
+    node = await launch()
+    body: dict[str, Any] = {**Recipient().identity(), "channel": "fake", "token": "t", field: None}
+    answer = await call(node, "register", body)
+    assert error(answer) == (400, "invalid_argument", "request is malformed")
+    assert await snapshot(node) == [[], []]
