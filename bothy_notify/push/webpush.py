@@ -304,7 +304,8 @@ def _endpoint_url(endpoint: str) -> httpx.URL | None:
         url = httpx.URL(endpoint)
     except httpx.InvalidURL:
         return None
-    if url.scheme != "https" or not url.host or url.userinfo or url.fragment:
+    # An empty fragment ("...#") is a fragment too: a push endpoint never has one.
+    if url.scheme != "https" or not url.host or url.userinfo or "#" in endpoint:
         return None
     if any(ord(c) < 0x21 or ord(c) > 0x7E for c in endpoint):
         return None
