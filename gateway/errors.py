@@ -6,7 +6,8 @@
     ├── ProtocolViolation    the client's input ends the connection; carries the Close
     └── TransportError       the WebSocket connection itself
         ├── TransportClosed  the peer closed the connection or it broke ("it broke")
-        └── FrameTooLarge    a client frame exceeded ``sync.max_frame_bytes``
+        ├── FrameTooLarge    a client frame exceeded ``sync.max_frame_bytes``
+        └── TooManyFrames    the client sent frames faster than ``sync.ops_per_second``
 
 A close the server decides (replacement, revocation, shutdown, a stalled
 write) is not an error: the hub records it on the connection and cancels the
@@ -57,3 +58,8 @@ class TransportClosed(TransportError):
 
 class FrameTooLarge(TransportError):
     """A client message exceeded ``sync.max_frame_bytes``; it was never buffered whole."""
+
+
+class TooManyFrames(TransportError):
+    """The client's frames exceeded its token bucket (``sync.ops_per_second``,
+    ``sync.ops_burst``); the rest are never served."""
