@@ -47,7 +47,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import fields
 from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -71,7 +70,8 @@ PROBE_SECONDS = 5.0
 """How long each pong round-trip sample lasts."""
 ATTEMPTS = 30
 """Connection attempts a client makes before it gives up."""
-DEFAULT_HEARTBEAT = next(f for f in fields(SyncConfig) if f.name == "heartbeat").default
+DEFAULT_HEARTBEAT: float = SyncConfig().heartbeat.total_seconds()
+"""``sync.heartbeat``'s default, in seconds."""
 
 
 def raise_file_limit() -> int:
@@ -438,7 +438,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             if spy is not None:
                 spy.stop()
             print(f"    {out['storm']}", flush=True)
-            interval = args.heartbeat_seconds or DEFAULT_HEARTBEAT.total_seconds()
+            interval = args.heartbeat_seconds or DEFAULT_HEARTBEAT
             print(
                 f"(3)+(4) heartbeating at {interval:g} s for {args.beats:g} intervals,"
                 f" then {args.quiet:g} s quiet ...",
@@ -510,7 +510,7 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=None, help="py-spy output directory")
     args = parser.parse_args()
     args.heartbeat_seconds = parse_duration(args.heartbeat) if args.heartbeat else None
-    interval = args.heartbeat_seconds or DEFAULT_HEARTBEAT.total_seconds()
+    interval = args.heartbeat_seconds or DEFAULT_HEARTBEAT
     if args.quiet > 0.4 * interval:
         parser.error("--quiet must stay below 0.4 heartbeat intervals (the grace is 1.5)")
     limit = raise_file_limit()
