@@ -61,7 +61,13 @@ class RawGateway:
     @classmethod
     async def open(cls, host: str, port: int, path: str = "/v1/gateway") -> RawGateway:
         """Connect and upgrade; raises :class:`OSError` or :class:`Closed`."""
-        stream = await trio.open_tcp_stream(host, port)
+        sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
+        try:
+            await sock.connect((host, port))  # an address: no resolver thread per connection
+        except BaseException:
+            sock.close()
+            raise
+        stream = trio.SocketStream(sock)
         conn = cls(stream)
         try:
             key = base64.b64encode(os.urandom(16))

@@ -255,6 +255,7 @@ class Daemon:
         self.housekeeper: Housekeeper | None = None
         self.registry: NodeRegistry | None = None
         self.jobs_db: Database | None = None
+        self.gateway_db: Database | None = None
         self.services: dict[str, Supervised] = {}
         """The supervised services of this node by name (``/readyz``)."""
 
@@ -333,6 +334,16 @@ class Daemon:
                     url, pool_size=config.database.jobs_pool_size, name="jobs"
                 )
                 await jobs_db.open()
+            if spec.gateway and self._gateway_factory is not None:
+                # The gateway's own pool: a flood of gateway ops never makes an HTTP
+                # request wait for a connection.
+                gateway_db = self.gateway_db = Database(
+                    url,
+                    pool_size=config.database.gateway_pool_size,
+                    name="gateway",
+                    wait=API_POOL_WAIT,
+                )
+                await gateway_db.open()
             providers = self.providers = Providers(
                 self._providers_override
                 if self._providers_override is not None
@@ -348,6 +359,8 @@ class Daemon:
                     await providers.aclose()
                 if jobs_db is not None:
                     await jobs_db.close()
+                if self.gateway_db is not None:
+                    await self.gateway_db.close()
                 await db.close()
             log.info("node stopped")
 
@@ -383,7 +396,7 @@ class Daemon:
             if spec.gateway and self._gateway_factory is not None:
                 self.gateway = self._gateway_factory(
                     config=config,
-                    db=db,
+                    db=self.gateway_db or db,
                     clock=self.clock,
                     metrics=self.metrics,
                     verifier=TokenVerifier(config.auth),

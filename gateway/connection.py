@@ -25,6 +25,7 @@ The connection's phase and decided close are its
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import trio
@@ -45,9 +46,10 @@ event was appended (for ``bothy_delivery_seconds{route="gateway"}``)."""
 class Writer(Protocol):
     """Drains a connection's queue into its transport (see ``gateway.session``)."""
 
-    def write_now(self, conn: Connection, frame: Outbound) -> bool:
-        """Write ``frame`` without waiting if the socket takes all of it; ``False``:
-        :meth:`drain` must run (it first sends what the socket did not take)."""
+    def write_now(self, conn: Connection, frames: Sequence[Outbound]) -> bool:
+        """Write ``frames`` without waiting if the socket takes all of them (one
+        write); ``False``: :meth:`drain` must run (it first sends what the socket
+        did not take)."""
         ...
 
     async def drain(self, conn: Connection) -> None:
@@ -149,6 +151,15 @@ class Connection(ConnectionState):
             await self._room.wait()
         self._enqueue((text, None))
 
+    async def put_all(self, texts: Sequence[str]) -> None:
+        """Queue replies in order, written in one go when the socket takes them (a
+        queue shorter than ``texts`` takes them all once it is empty)."""
+        while self._queue and len(self._queue) + len(texts) > self._queue_max:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
+        self._enqueue(*[(text, None) for text in texts])
+
     async def wait_written(self) -> None:
         """Return once every queued frame was handed to the transport.
 
@@ -174,14 +185,14 @@ class Connection(ConnectionState):
         """Frames waiting to be written."""
         return len(self._queue)
 
-    def _enqueue(self, frame: Outbound) -> None:
+    def _enqueue(self, *frames: Outbound) -> None:
         writer = self._writer
         if self._writing or self._nursery is None or writer is None:
-            self._queue.append(frame)
+            self._queue.extend(frames)
             return
         if self._queue:
-            self._queue.append(frame)
-        elif writer.write_now(self, frame):
+            self._queue.extend(frames)
+        elif writer.write_now(self, frames):
             return
         try:
             self._nursery.start_soon(self._write)

@@ -33,6 +33,7 @@ from bothy_notify.kernel.supervise import Supervised
 from bothy_notify.store.db import Database
 from gateway.expiry import ExpiryWatch
 from gateway.hub import Hub
+from gateway.identifies import IdentifyBatches
 from gateway.limits import PendingConnections
 from gateway.presence import HubPresence
 from gateway.protocol import SHUTDOWN, Close, CloseCode
@@ -125,6 +126,7 @@ class Gateway:
             identify_timeout=settings.identify_timeout,
             heartbeat_timeout=settings.heartbeat_timeout,
         )
+        self._identifies = IdentifyBatches(db)
         self._context = SessionContext(
             hub=self.hub,
             db=db,
@@ -137,6 +139,7 @@ class Gateway:
             ),
             expiry=self._expiry,
             timeouts=self._timeouts,
+            identifies=self._identifies,
             rate_limited=metrics.gateway_rate_limited.inc,
             presence_published=self.shared.wait_published if self.shared else None,
         )
@@ -152,6 +155,7 @@ class Gateway:
             Supervised("revocations", self._revocations.run, metrics=metrics),
             Supervised("expiry", self._expiry.run, metrics=metrics),
             Supervised("timeouts", self._timeouts.run, metrics=metrics),
+            Supervised("identify", self._identifies.run, metrics=metrics),
         ]
         if self.shared is not None:
             self._services.append(Supervised("presence", self.shared.run, metrics=metrics))

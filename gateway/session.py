@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -54,6 +54,7 @@ from gateway.connection import Connection, Outbound
 from gateway.errors import FrameTooLarge, ProtocolViolation, TooManyFrames, TransportClosed
 from gateway.expiry import ExpiryWatch
 from gateway.hub import Hub
+from gateway.identifies import IdentifyBatches
 from gateway.protocol import (
     AUTH_FAILED,
     DEACTIVATED,
@@ -91,6 +92,8 @@ HEARTBEAT_GRACE = 1.5
 
 PONG = pong_frame()
 """The answer to every ``ping``."""
+CATCHUP_COMPLETE = catchup_complete_frame()
+"""The last frame of every catch-up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,20 +151,21 @@ class QueueWriter:
     def __repr__(self) -> str:
         return f"QueueWriter(write_timeout={self._timeout})"
 
-    def write_now(self, conn: Connection, frame: Outbound) -> bool:
-        """Write ``frame`` at once if the socket takes all of it (no task, no timer);
-        ``False``: :meth:`drain` must send the rest."""
+    def write_now(self, conn: Connection, frames: Sequence[Outbound]) -> bool:
+        """Write ``frames`` at once if the socket takes all of them (one write, no
+        task, no timer); ``False``: :meth:`drain` must send the rest (the last
+        frame's delivery is observed then)."""
         transport = conn.transport
         assert transport is not None
-        text, appended_at = frame
         try:
-            if not transport.send_nowait(text):
-                conn.pending_delivery = appended_at
+            if not transport.send_nowait(*(text for text, _ in frames)):
+                conn.pending_delivery = frames[-1][1]
                 return False
         except TransportClosed:
             self._hub.lost(conn)
             return True
-        self._delivered(appended_at)
+        for _, appended_at in frames:
+            self._delivered(appended_at)
         return True
 
     async def drain(self, conn: Connection) -> None:
@@ -215,6 +219,7 @@ class SessionContext:
     writer: QueueWriter
     expiry: ExpiryWatch
     timeouts: Timeouts
+    identifies: IdentifyBatches
     rate_limited: Callable[[], None]
     presence_published: Callable[[], Awaitable[None]] | None = None
 
@@ -312,14 +317,14 @@ async def _identify(op: Identify, conn: Connection, ctx: SessionContext) -> None
     assert conn.transport is not None
     conn.transport.identified()
     ctx.expiry.watch(conn, claims.expires_at)
-    state, unread = await ctx.db.run(partial(queries.identify, claims=claims))
+    state, unread = await ctx.identifies.identify(claims)
     if state == "revoked":
         raise ProtocolViolation(REVOKED)
     if state == queries.DEACTIVATED:
         raise ProtocolViolation(DEACTIVATED)
-    await conn.put(ready_frame(claims.user_id, claims.device_id))
-    await conn.put(unread_frame(unread))
-    await conn.put(catchup_complete_frame())
+    await conn.put_all(
+        (ready_frame(claims.user_id, claims.device_id), unread_frame(unread), CATCHUP_COMPLETE)
+    )
     await conn.wait_written()  # live means the client can have catchup.complete
     ctx.hub.go_live(conn)
 

@@ -113,10 +113,10 @@ class Transport(Protocol):
         the framing intact (unsent bytes go out before anything else)."""
         ...
 
-    def send_nowait(self, text: str) -> bool:
-        """Send one text frame if the socket takes all of it at once. ``False``: what
-        it did not take is kept, and :meth:`flush` must send it. Raises
-        :class:`TransportClosed`."""
+    def send_nowait(self, *texts: str) -> bool:
+        """Send text frames, one each, in one write if the socket takes all of it at
+        once. ``False``: what it did not take is kept, and :meth:`flush` must send
+        it. Raises :class:`TransportClosed`."""
         ...
 
     async def flush(self) -> None:
@@ -339,11 +339,12 @@ class WebSocketTransport:
             raise TransportClosed(self._peer_code)
         await self._send(text_frame(text))
 
-    def send_nowait(self, text: str) -> bool:
+    def send_nowait(self, *texts: str) -> bool:
         if self._state != _OPEN:
             raise TransportClosed(self._peer_code)
+        data = text_frame(texts[0]) if len(texts) == 1 else b"".join(map(text_frame, texts))
         try:
-            return self._writes.send_nowait(text_frame(text))
+            return self._writes.send_nowait(data)
         except _ENDED:
             self._state = _CLOSED
             raise TransportClosed(self._peer_code) from None

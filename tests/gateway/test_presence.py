@@ -6,6 +6,8 @@ them: open, identify, go live, focus, close.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import trio
 
 from bothy_notify.auth import DeviceClaims
@@ -128,7 +130,7 @@ class _StuckWriter:
     def __init__(self) -> None:
         self.started = trio.Event()
 
-    def write_now(self, conn: Connection, frame: Outbound) -> bool:
+    def write_now(self, conn: Connection, frames: Sequence[Outbound]) -> bool:
         return False  # the socket takes nothing: the frame waits for drain
 
     async def drain(self, conn: Connection) -> None:
