@@ -56,7 +56,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import machine, print_profile, report
+from bench._common import machine, print_profile, process_cpu, report
 from bench._daemon import CliDaemon
 from bench._wsclient import PING, Closed, RawGateway
 from bench._wsfloor import floor_process
@@ -229,6 +229,7 @@ async def _client_main(pipe: Connection, users: list[str], in_flight: int) -> No
                         "live": len(state.live),
                         "last_live": max(state.live, default=None),
                         "failures": state.failures,
+                        "cpu": time.process_time(),
                     }
                 )
             elif command == "pause":  # seconds
@@ -286,6 +287,10 @@ class ClientFleet:
             pipe.send(command)
         return [pipe.recv() for pipe in self.pipes]
 
+    def cpu(self) -> float:
+        """CPU seconds the client processes used so far."""
+        return sum(process_cpu(proc.pid) for proc in self.procs)
+
     def first(self, *command: Any) -> Any:
         self.pipes[0].send(command)
         return self.pipes[0].recv()
@@ -337,8 +342,10 @@ class Spy:
 def storm(fleet: ClientFleet, address: str, cpu: Any, pg_cpu: Any) -> dict[str, Any]:
     """Every client process opens its share at once; until the last ``catchup.complete``."""
     cpu_before, pg_before = cpu(), pg_cpu()
+    clients_before = fleet.cpu()
     started = time.monotonic()
     replies = fleet.all("connect", "main", address, "all", False)
+    clients = sum(r["cpu"] for r in replies) - clients_before
     cpu_used, pg_used = cpu() - cpu_before, pg_cpu() - pg_before
     live = sum(r["live"] for r in replies)
     ends = [r["last_live"] for r in replies if r["last_live"] is not None]
@@ -353,6 +360,7 @@ def storm(fleet: ClientFleet, address: str, cpu: Any, pg_cpu: Any) -> dict[str, 
         "identifies_per_s": round(live / took, 1) if live else 0.0,
         "cpu_us_per_identify": round(cpu_used / max(1, live) * 1e6, 1),
         "postgres_cpu_us_per_identify": round(pg_used / max(1, live) * 1e6, 1),
+        "clients_cpu_us_per_identify": round(clients / max(1, live) * 1e6, 1),
         "failures": failures,
     }
 
@@ -467,8 +475,6 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             address = f"127.0.0.1:{floor_pipe.recv()}"
 
             def floor_cpu() -> float:
-                from bench._common import process_cpu
-
                 return process_cpu(floor.pid)
 
             out["floor_storm"] = storm(fleet, address, floor_cpu, lambda: 0.0)

@@ -49,9 +49,9 @@ from typing import Protocol
 
 import trio
 from wsproto.connection import ConnectionType
-from wsproto.events import AcceptConnection, RejectConnection, Request
+from wsproto.events import RejectConnection, Request
 from wsproto.handshake import H11Handshake
-from wsproto.utilities import RemoteProtocolError
+from wsproto.utilities import RemoteProtocolError, generate_accept_token, normed_header_dict
 
 from bothy_notify.kernel.sockets import bind_shared, join_address, split_address
 from gateway.errors import FrameTooLarge, TooManyFrames, TransportClosed
@@ -75,6 +75,12 @@ log = logging.getLogger("bothy.gateway.transport")
 
 _HTTP_END = b"\r\n\r\n"
 """Where the upgrade request ends and WebSocket frames begin."""
+
+_SWITCHING = (
+    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: WebSocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Accept: %s\r\n\r\n"
+)
+"""The answer to an accepted upgrade (as wsproto writes it), with the accept token."""
 
 RECEIVE_BYTES = 4096
 """Bytes read from the socket at a time: a client's ops are small."""
@@ -186,24 +192,31 @@ class WriteStream:
         return len(self._unsent)
 
     def send_nowait(self, data: bytes) -> bool:
-        """Send ``data`` now if nothing is waiting before it and the socket takes all
-        of it; otherwise keep (the rest of) it for :meth:`flush` and answer ``False``.
+        """Send ``data`` now, after what earlier writes left, unless another task is
+        flushing; whatever the socket does not take is kept for :meth:`flush`, and
+        the answer is whether nothing is kept.
 
         Raises:
             trio.BrokenResourceError: the connection broke.
         """
-        if self._sending or self._unsent:
+        if self._sending:
             self._unsent += data
             return False
+        kept = self._unsent
+        if kept:  # what an earlier write left goes first, in the same write
+            kept += data
         try:
-            sent = self._sock.send(data)
+            sent = self._sock.send(kept or data)
         except BlockingIOError:
             sent = 0
         except OSError as exc:
             raise trio.BrokenResourceError("the connection broke") from exc
+        if kept:
+            del kept[:sent]
+            return not kept
         if sent == len(data):
             return True
-        self._unsent += memoryview(data)[sent:]
+        kept += memoryview(data)[sent:]
         return False
 
     async def send_all(self, data: bytes) -> None:
@@ -259,17 +272,34 @@ class WebSocketTransport:
         frames: the connection's frame filter.
         writes: the connection's write stream.
         pending: its place among the unidentified connections.
+        greeting: the upgrade's answer (101), not sent yet: it goes out with the
+            first frame (one write for both), or before the first read.
     """
 
-    __slots__ = ("_events", "_frames", "_peer_code", "_pending", "_sock", "_state", "_writes")
+    __slots__ = (
+        "_events",
+        "_frames",
+        "_greeting",
+        "_peer_code",
+        "_pending",
+        "_sock",
+        "_state",
+        "_writes",
+    )
 
     def __init__(
-        self, sock: socket.socket, frames: FrameFilter, writes: WriteStream, pending: Pending
+        self,
+        sock: socket.socket,
+        frames: FrameFilter,
+        writes: WriteStream,
+        pending: Pending,
+        greeting: bytes = b"",
     ) -> None:
         self._sock = sock
         self._frames = frames
         self._writes = writes
         self._pending = pending
+        self._greeting = greeting  # the upgrade's answer, sent with the first frame
         self._state = _OPEN
         self._peer_code: int | None = None  # the code of the peer's close frame
         self._events: list[Inbound] | None = None  # filtered, not yet served
@@ -312,6 +342,8 @@ class WebSocketTransport:
                     break
             else:
                 self._events = None
+                if self._greeting:
+                    await self._send(b"")
                 data, waited = await _wait_recv(self._sock)
                 if not data:  # the connection ended without a close frame
                     self._state = _CLOSED
@@ -343,6 +375,8 @@ class WebSocketTransport:
         if self._state != _OPEN:
             raise TransportClosed(self._peer_code)
         data = text_frame(texts[0]) if len(texts) == 1 else b"".join(map(text_frame, texts))
+        if self._greeting:
+            data, self._greeting = self._greeting + data, b""
         try:
             return self._writes.send_nowait(data)
         except _ENDED:
@@ -357,6 +391,8 @@ class WebSocketTransport:
             raise TransportClosed(self._peer_code) from None
 
     async def _send(self, data: bytes) -> None:
+        if self._greeting:
+            data, self._greeting = self._greeting + data, b""
         try:
             await self._writes.send_all(data)
         except _ENDED:
@@ -541,12 +577,13 @@ async def _serve_one(
 
             entry = pending.enter(drop)
             try:
-                after: bytes | None = None
+                upgraded: tuple[bytes, bytes] | None = None
                 with trio.move_on_after(handshake_timeout):
-                    after = await _handshake(sock, writes, path)
-                if after is not None:
+                    upgraded = await _handshake(sock, writes, path)
+                if upgraded is not None:
+                    greeting, after = upgraded
                     frames = FrameFilter(max_frame_bytes, bucket() if bucket else None)
-                    transport = WebSocketTransport(sock, frames, writes, entry)
+                    transport = WebSocketTransport(sock, frames, writes, entry, greeting)
                     if after:
                         transport.received(after)
                     await handler(transport, nursery)
@@ -566,10 +603,15 @@ _ENDED = (trio.BrokenResourceError, trio.ClosedResourceError)
 """The connection ended below the protocol; nothing is left to do but close the socket."""
 
 
-async def _handshake(sock: socket.socket, writes: WriteStream, path: str) -> bytes | None:
-    """The HTTP upgrade: the bytes received after the request (frames), or ``None``
-    when the request is refused (a path not served: 404; not a WebSocket
-    upgrade: 400 or 426) or the peer went away. The handshake's state (h11's
+async def _handshake(
+    sock: socket.socket, writes: WriteStream, path: str
+) -> tuple[bytes, bytes] | None:
+    """The HTTP upgrade: the answer to send (101, not sent yet) and the bytes received
+    after the request (frames), or ``None`` when the request is refused (a path
+    not served: 404; not a WebSocket upgrade: 400 or 426) or the peer went away.
+    wsproto judges the request; the answer is written here, as wsproto writes it
+    for a connection without subprotocols or extensions (wsproto's own builds a
+    connection object the gateway does not use). The handshake's state (h11's
     parser, the request) is dropped once it is over."""
     handshake = H11Handshake(ConnectionType.SERVER)
     tail = b""
@@ -597,7 +639,7 @@ async def _handshake(sock: socket.socket, writes: WriteStream, path: str) -> byt
             if event.target.partition("?")[0] != path:
                 await writes.send_all(handshake.send(RejectConnection(status_code=404)))
                 return None
-            await writes.send_all(handshake.send(AcceptConnection()))
-            return after
+            key = normed_header_dict(event.extra_headers)[b"sec-websocket-key"]
+            return _SWITCHING % generate_accept_token(key), after
         if end >= 0:  # the request ended and was not an upgrade h11 accepted
             return None
