@@ -56,7 +56,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import machine, print_profile, process_cpu, report
+from bench._common import machine, machine_busy, print_profile, process_cpu, report
 from bench._daemon import CliDaemon
 from bench._wsclient import PING, Closed, RawGateway
 from bench._wsfloor import floor_process
@@ -343,9 +343,11 @@ def storm(fleet: ClientFleet, address: str, cpu: Any, pg_cpu: Any) -> dict[str, 
     """Every client process opens its share at once; until the last ``catchup.complete``."""
     cpu_before, pg_before = cpu(), pg_cpu()
     clients_before = fleet.cpu()
+    busy_before = machine_busy()
     started = time.monotonic()
     replies = fleet.all("connect", "main", address, "all", False)
     clients = sum(r["cpu"] for r in replies) - clients_before
+    busy_after = machine_busy()
     cpu_used, pg_used = cpu() - cpu_before, pg_cpu() - pg_before
     live = sum(r["live"] for r in replies)
     ends = [r["last_live"] for r in replies if r["last_live"] is not None]
@@ -361,6 +363,9 @@ def storm(fleet: ClientFleet, address: str, cpu: Any, pg_cpu: Any) -> dict[str, 
         "cpu_us_per_identify": round(cpu_used / max(1, live) * 1e6, 1),
         "postgres_cpu_us_per_identify": round(pg_used / max(1, live) * 1e6, 1),
         "clients_cpu_us_per_identify": round(clients / max(1, live) * 1e6, 1),
+        "machine_busy_pct": round(
+            100 * (busy_after[0] - busy_before[0]) / max(1.0, busy_after[1] - busy_before[1]), 1
+        ),
         "failures": failures,
     }
 
@@ -549,6 +554,12 @@ def main() -> None:
         "storm_s": storm_["seconds"],
         "identifies_per_s_per_process": storm_["identifies_per_s"],
         "cpu_us_per_identify": storm_["cpu_us_per_identify"],
+        # What one daemon process identifies per second of its own CPU: the storm's
+        # rate on a machine where the daemon has a core to itself.
+        "identifies_per_cpu_s": round(1e6 / storm_["cpu_us_per_identify"])
+        if storm_["cpu_us_per_identify"]
+        else None,
+        "storm_machine_busy_pct": storm_["machine_busy_pct"],
         "postgres_cpu_us_per_identify": storm_["postgres_cpu_us_per_identify"],
         "storm_failures": storm_["failures"],
         "floor_storm_s": floor_storm.get("seconds"),

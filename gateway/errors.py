@@ -4,6 +4,7 @@
 
     GatewayError
     ├── ProtocolViolation    the client's input ends the connection; carries the Close
+    │   └── Throttled        a device closed with 4029 identifies again too soon
     └── TransportError       the WebSocket connection itself
         ├── TransportClosed  the peer closed the connection or it broke ("it broke")
         ├── FrameTooLarge    a client frame exceeded ``sync.max_frame_bytes``
@@ -38,6 +39,18 @@ class ProtocolViolation(GatewayError):
     def __init__(self, close: Close) -> None:
         super().__init__(close.reason)
         self.close = close
+
+
+class Throttled(ProtocolViolation):
+    """A device closed with 4029 identified again before its cooldown ended.
+
+    Attributes:
+        until: when (Trio's clock) the cooldown ends.
+    """
+
+    def __init__(self, close: Close, until: float) -> None:
+        super().__init__(close)
+        self.until = until
 
 
 class TransportError(GatewayError):

@@ -109,6 +109,8 @@ class Hub:
         self._watcher: Callable[[str], None] | None = None
         self.accepting = True
         """``False`` once :meth:`close_all` ran: new connections close at once."""
+        self.stopping = trio.Event()
+        """Set by :meth:`close_all`: closes held back (4029) go out at once."""
 
     def __repr__(self) -> str:
         return f"Hub(connections={len(self._all)})"
@@ -352,6 +354,7 @@ class Hub:
             self.accepting = False
             for conn in list(self._all.values()):
                 self._close_locked(conn, close)
+        self.stopping.set()
 
     async def wait_empty(self) -> None:
         """Return once no connection is left. Cancellation: returns nothing early."""

@@ -34,7 +34,7 @@ from bothy_notify.store.db import Database
 from gateway.expiry import ExpiryWatch
 from gateway.hub import Hub
 from gateway.identifies import IdentifyBatches
-from gateway.limits import PendingConnections
+from gateway.limits import Cooldowns, PendingConnections
 from gateway.presence import HubPresence
 from gateway.protocol import SHUTDOWN, Close, CloseCode
 from gateway.publisher import HubPublisher
@@ -140,6 +140,7 @@ class Gateway:
             expiry=self._expiry,
             timeouts=self._timeouts,
             identifies=self._identifies,
+            cooldowns=Cooldowns(),
             rate_limited=metrics.gateway_rate_limited.inc,
             presence_published=self.shared.wait_published if self.shared else None,
         )

@@ -8,7 +8,10 @@ nursery (:class:`QueueWriter`), each write bounded by ``sync.write_timeout``
 
 - the client breaks the protocol: :class:`~gateway.errors.ProtocolViolation`
   -> ``hub.close(conn, its close)``; frames past the connection's bucket:
-  4029 (``bothy_gateway_rate_limited_total``);
+  4029 (``bothy_gateway_rate_limited_total``), sent once the bucket would be
+  full again (``ops_burst / ops_per_second`` seconds; nothing is read
+  meanwhile), and the device is refused with 4029 at identify until then
+  (:class:`~gateway.limits.Cooldowns`);
 - the server decides (replacement 4017, revocation or deactivation 4010,
   shutdown 1001, a stalled write 4014, the token's expiry 4001, the limit of
   unidentified connections 4008, a timeout 4003 or 4009): ``hub.close``
@@ -51,10 +54,17 @@ from bothy_notify.auth import AuthError, DeviceClaims, TokenVerifier
 from bothy_notify.store.db import Database, StoreError
 from gateway import queries
 from gateway.connection import Connection, Outbound
-from gateway.errors import FrameTooLarge, ProtocolViolation, TooManyFrames, TransportClosed
+from gateway.errors import (
+    FrameTooLarge,
+    ProtocolViolation,
+    Throttled,
+    TooManyFrames,
+    TransportClosed,
+)
 from gateway.expiry import ExpiryWatch
 from gateway.hub import Hub
 from gateway.identifies import IdentifyBatches
+from gateway.limits import Cooldowns
 from gateway.protocol import (
     AUTH_FAILED,
     DEACTIVATED,
@@ -220,6 +230,7 @@ class SessionContext:
     expiry: ExpiryWatch
     timeouts: Timeouts
     identifies: IdentifyBatches
+    cooldowns: Cooldowns
     rate_limited: Callable[[], None]
     presence_published: Callable[[], Awaitable[None]] | None = None
 
@@ -242,18 +253,26 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
     conn.idle_since = trio.current_time()
     ctx.timeouts.watch(conn.serial, conn.idle_since)
     peer_code: int | None = None
+    hold_until = 0.0
     try:
         if not hub.accepting:
             hub.close(conn, SHUTDOWN)
         with conn.scope:
             try:
                 await _converse(transport, conn, ctx)
+            except Throttled as exc:
+                hold_until = exc.until
+                hub.close(conn, exc.close)
             except ProtocolViolation as exc:
                 hub.close(conn, exc.close)
             except FrameTooLarge:
                 hub.close(conn, FRAME_TOO_LARGE)
             except TooManyFrames:
                 ctx.rate_limited()
+                settings = ctx.settings
+                hold_until = trio.current_time() + settings.ops_burst / settings.ops_per_second
+                if conn.device_id:
+                    ctx.cooldowns.start((conn.user_id, conn.device_id), hold_until)
                 hub.close(conn, TOO_MANY_FRAMES)
             except TransportClosed as exc:
                 peer_code = exc.code
@@ -264,6 +283,12 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
                 log.warning("gateway session failed", extra={"error_type": type(exc).__name__})
                 hub.close(conn, SERVER_ERROR)
         close = conn.close
+        if hold_until:
+            # 4029 goes out once the bucket would be full again; meanwhile nothing is
+            # read, so a flooding client waits on its own socket instead of
+            # reconnecting (the node's shutdown ends the wait).
+            with trio.move_on_at(hold_until):
+                await hub.stopping.wait()
         if close is not None:
             with trio.CancelScope(shield=True), trio.move_on_after(ctx.settings.write_timeout):
                 await transport.close(close.code, close.reason)
@@ -311,6 +336,10 @@ def _decode(message: str | bytes, conn: Connection, ctx: SessionContext) -> Clie
 
 async def _identify(op: Identify, conn: Connection, ctx: SessionContext) -> None:
     claims = _verified(op.token, ctx)
+    until = ctx.cooldowns.cooling((claims.user_id, claims.device_id), trio.current_time())
+    if until is not None:
+        ctx.rate_limited()
+        raise Throttled(TOO_MANY_FRAMES, until)
     if not ctx.hub.has_room(claims):
         raise ProtocolViolation(TOO_MANY_FOR_PERSON)
     ctx.hub.identify(conn, claims)
