@@ -10,6 +10,7 @@ daemon alone (:meth:`CliDaemon.cpu_seconds`) and PostgreSQL's processes
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -23,6 +24,29 @@ import httpx
 import tomlkit
 
 from bench._common import postgres_cpu, process_cpu
+
+KEY = "bench-only-hs256-key-0123456789abcdef"
+"""The HS256 key of the benchmarks' daemons (``env:BOTHY_BENCH_KEY``)."""
+
+
+def add_code_argument(parser: argparse.ArgumentParser) -> None:
+    """``--code DIR``: the daemon runs that source tree's code (see :func:`daemon_env`)."""
+    parser.add_argument(
+        "--code",
+        type=Path,
+        default=None,
+        help="run the daemon from this source tree (another commit, for a before/after)",
+    )
+
+
+def daemon_env(args: Any) -> dict[str, str]:
+    """The daemon's environment: the key, and with ``args.code`` (a source tree)
+    ``PYTHONPATH`` so that the daemon runs that tree's code (a before/after in one run)."""
+    env = {"BOTHY_BENCH_KEY": KEY}
+    if getattr(args, "code", None):
+        env["PYTHONPATH"] = str(Path(args.code).resolve())
+    return env
+
 
 _RUNNING = re.compile(
     r"bothy-notify running \(role \w+\): API http://(?P<api>\S+?)"
@@ -76,6 +100,7 @@ class CliDaemon:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=self.env,
+                cwd=self.workdir,  # not the repository: PYTHONPATH decides whose code runs
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -41,11 +41,10 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import machine, report
-from bench._daemon import CliDaemon
+from bench._daemon import KEY, CliDaemon, add_code_argument, daemon_env
 from bench._wsclient import Closed, RawGateway, op_frame
 from bothy_notify.auth import mint_token
 
-KEY = "bench-only-hs256-key-0123456789abcdef"
 FLOODER = "flooder"
 VICTIM = "victim"
 
@@ -181,7 +180,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     }
     ctx = multiprocessing.get_context("spawn")
     out: dict[str, Any] = {}
-    with CliDaemon(workdir, settings, {"BOTHY_BENCH_KEY": KEY}) as daemon:
+    with CliDaemon(workdir, settings, daemon_env(args)) as daemon:
         seed(daemon.api, args.ids)
         time.sleep(2.0)  # the round applies the seed
         victim_pipe, victim_child = ctx.Pipe()
@@ -243,6 +242,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_code_argument(parser)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--ids", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=10.0)

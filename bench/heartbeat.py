@@ -57,13 +57,12 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import machine, machine_busy, print_profile, process_cpu, report
-from bench._daemon import CliDaemon
+from bench._daemon import KEY, CliDaemon, add_code_argument, daemon_env
 from bench._wsclient import PING, Closed, RawGateway
 from bench._wsfloor import floor_process
 from bothy_notify.auth import mint_token
 from bothy_notify.config import SyncConfig
 
-KEY = "bench-only-hs256-key-0123456789abcdef"
 PROBE_INTERVAL = 0.2
 """Seconds between the probe's pings (5/s: within the default ops_per_second)."""
 PROBE_SECONDS = 5.0
@@ -434,7 +433,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     floor_pipe, floor_child = ctx.Pipe()
     floor: Any = None
     try:
-        with CliDaemon(workdir, settings, {"BOTHY_BENCH_KEY": KEY}) as daemon:
+        with CliDaemon(workdir, settings, daemon_env(args)) as daemon:
             print(f"daemon pid {daemon.pid}, gateway ws://{daemon.gateway}", flush=True)
             print("(1) 10 connections, the probe's pong round trip ...", flush=True)
             fleet.first("connect", "small", daemon.gateway, 10, True)
@@ -509,6 +508,7 @@ def parse_duration(text: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_code_argument(parser)
     parser.add_argument("--connections", type=int, default=19_000)
     parser.add_argument("--client-processes", type=int, default=4)
     parser.add_argument(
