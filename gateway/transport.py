@@ -85,9 +85,6 @@ _SWITCHING = (
 RECEIVE_BYTES = 4096
 """Bytes read from the socket at a time: a client's ops are small."""
 
-ACCEPT_BATCH = 64
-"""Connections accepted per wake-up of a listener before it lets the others run."""
-
 UNSENT_LOW_WATER = 2**14
 """``TCP_NOTSENT_LOWAT`` of every connection, as Trio sets it (16 KiB)."""
 
@@ -522,25 +519,26 @@ async def _accept(
     nursery: trio.Nursery,
     serve_one: Callable[[socket.socket], Awaitable[None]],
 ) -> None:
-    """Accept connections until cancelled, a batch per wake-up."""
+    """Accept connections until cancelled: one, then the other tasks run (so a flood
+    of connections is taken in at the pace of the sessions it competes with, and
+    a client between ``hello`` and ``identify`` is not outrun by it)."""
     while True:
-        await trio.lowlevel.wait_readable(listener)
-        for _ in range(ACCEPT_BATCH):
-            try:
-                sock, _ = listener.accept()
-            except BlockingIOError:
-                break
-            except OSError as exc:
-                if exc.errno in _RESOURCE_ERRORS:
-                    log.error(
-                        "the gateway cannot accept a connection",
-                        extra={"error_type": errno.errorcode.get(exc.errno or 0, "OSError")},
-                    )
-                    await trio.sleep(0.1)
-                    break
-                continue  # that client went away before it was accepted
-            _configure(sock)
-            nursery.start_soon(serve_one, sock)
+        try:
+            sock, _ = listener.accept()
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(listener)
+            continue
+        except OSError as exc:
+            if exc.errno in _RESOURCE_ERRORS:
+                log.error(
+                    "the gateway cannot accept a connection",
+                    extra={"error_type": errno.errorcode.get(exc.errno or 0, "OSError")},
+                )
+                await trio.sleep(0.1)
+            continue  # otherwise that client went away before it was accepted
+        _configure(sock)
+        nursery.start_soon(serve_one, sock)
+        await trio.lowlevel.checkpoint()
 
 
 def _configure(sock: socket.socket) -> None:
