@@ -133,7 +133,7 @@ class CliDaemon:
 
     def metrics(self) -> dict[str, float]:
         """``/metrics`` samples by ``name{labels}``."""
-        text = httpx.get(f"http://{self.api}/metrics", timeout=10).text
+        text = httpx.get(f"http://{self.api}/metrics", timeout=60).text
         out: dict[str, float] = {}
         for line in text.splitlines():
             if line and not line.startswith("#"):
