@@ -25,6 +25,7 @@ targeted at it (its own connections), nothing else.
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -75,6 +76,13 @@ from bothy_notify.store.migrate import migrate
 from bothy_notify.topics.send import TopicPushHandler
 
 log = logging.getLogger("bothy.wiring")
+
+GC_YOUNG_THRESHOLD = 10_000
+"""Allocations between two collections of the cyclic garbage collector's youngest
+generation while the daemon runs (CPython's default is 700). Every collection of
+an older generation walks every object that survived, and a node holding tens of
+thousands of connections has millions: at the default, a reconnect storm spent
+about half its time collecting (``docs/performance.md``, "heartbeat")."""
 
 SWITCH_INTERVAL = 0.0005
 """Seconds a thread may hold the GIL while another waits for it (Python's default is
@@ -281,14 +289,19 @@ class Daemon:
         serving HTTP, then cancel the rest. Jobs not finished are given back.
 
         While it runs, Python's thread switch interval is at most
-        :data:`SWITCH_INTERVAL` (the previous value is restored at the end).
+        :data:`SWITCH_INTERVAL` and the garbage collector's youngest generation
+        is collected every :data:`GC_YOUNG_THRESHOLD` allocations (the previous
+        values are restored at the end).
         """
         switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(switch_interval, SWITCH_INTERVAL))
+        collect = gc.get_threshold()
+        gc.set_threshold(max(collect[0], GC_YOUNG_THRESHOLD), *collect[1:])
         try:
             await self._run(task_status)
         finally:
             sys.setswitchinterval(switch_interval)
+            gc.set_threshold(*collect)
 
     async def _run(self, task_status: trio.TaskStatus[NodeAddresses]) -> None:
         embedded: EmbeddedPostgres | None = None
