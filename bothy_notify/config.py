@@ -313,14 +313,20 @@ class DatabaseConfig:
     )
     pool_size: int = field(
         default=10,
-        metadata=_meta(
-            "connections (and worker threads) of the HTTP API and gateway", min=2, max=500
-        ),
+        metadata=_meta("connections (and worker threads) of the HTTP API", min=2, max=500),
     )
     jobs_pool_size: int = field(
         default=10,
         metadata=_meta(
             "connections (and worker threads) of the job runner and housekeeping", min=2, max=500
+        ),
+    )
+    gateway_pool_size: int = field(
+        default=4,
+        metadata=_meta(
+            "connections (and worker threads) of the gateway, apart from the API's",
+            min=1,
+            max=500,
         ),
     )
 
@@ -375,6 +381,18 @@ class SyncConfig:
     max_connections_per_person: int = field(
         default=32,
         metadata=_meta("connections of one person per node (more closed 4008)", min=1),
+    )
+    ops_per_second: int = field(
+        default=10,
+        metadata=_meta(
+            "client frames per second per connection, on average (more closed 4029)",
+            min=1,
+            max=100_000,
+        ),
+    )
+    ops_burst: int = field(
+        default=50,
+        metadata=_meta("client frames a connection may send at once (more closed 4029)", min=1),
     )
 
 

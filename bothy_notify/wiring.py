@@ -25,6 +25,7 @@ targeted at it (its own connections), nothing else.
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -81,6 +82,13 @@ from bothy_notify.store.migrate import migrate
 from bothy_notify.topics.send import TopicPushHandler
 
 log = logging.getLogger("bothy.wiring")
+
+GC_YOUNG_THRESHOLD = 10_000
+"""Allocations between two collections of the cyclic garbage collector's youngest
+generation while the daemon runs (CPython's default is 700). Every collection of
+an older generation walks every object that survived, and a node holding tens of
+thousands of connections has millions: at the default, a reconnect storm spent
+about half its time collecting (``docs/performance.md``, "heartbeat")."""
 
 SWITCH_INTERVAL = 0.0005
 """Seconds a thread may hold the GIL while another waits for it (Python's default is
@@ -269,6 +277,7 @@ class Daemon:
         self.housekeeper: Housekeeper | None = None
         self.registry: NodeRegistry | None = None
         self.jobs_db: Database | None = None
+        self.gateway_db: Database | None = None
         self.services: dict[str, Supervised] = {}
         """The supervised services of this node by name (``/readyz``)."""
         self._readiness: Callable[[], Mapping[str, bool]] | None = None
@@ -326,14 +335,19 @@ class Daemon:
         serving HTTP, then cancel the rest. Jobs not finished are given back.
 
         While it runs, Python's thread switch interval is at most
-        :data:`SWITCH_INTERVAL` (the previous value is restored at the end).
+        :data:`SWITCH_INTERVAL` and the garbage collector's youngest generation
+        is collected every :data:`GC_YOUNG_THRESHOLD` allocations (the previous
+        values are restored at the end).
         """
         switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(switch_interval, SWITCH_INTERVAL))
+        collect = gc.get_threshold()
+        gc.set_threshold(max(collect[0], GC_YOUNG_THRESHOLD), *collect[1:])
         try:
             await self._run(task_status)
         finally:
             sys.setswitchinterval(switch_interval)
+            gc.set_threshold(*collect)
 
     async def _run(self, task_status: trio.TaskStatus[NodeAddresses]) -> None:
         embedded: EmbeddedPostgres | None = None
@@ -379,6 +393,16 @@ class Daemon:
                     url, pool_size=config.database.jobs_pool_size, name="jobs"
                 )
                 await jobs_db.open()
+            if spec.gateway and self._gateway_factory is not None:
+                # The gateway's own pool: a flood of gateway ops never makes an HTTP
+                # request wait for a connection.
+                gateway_db = self.gateway_db = Database(
+                    url,
+                    pool_size=config.database.gateway_pool_size,
+                    name="gateway",
+                    wait=API_POOL_WAIT,
+                )
+                await gateway_db.open()
             providers = self.providers = Providers(
                 self._providers_override
                 if self._providers_override is not None
@@ -394,6 +418,8 @@ class Daemon:
                     await providers.aclose()
                 if jobs_db is not None:
                     await jobs_db.close()
+                if self.gateway_db is not None:
+                    await self.gateway_db.close()
                 await db.close()
             log.info("node stopped")
 
@@ -430,7 +456,7 @@ class Daemon:
             if spec.gateway and self._gateway_factory is not None:
                 self.gateway = self._gateway_factory(
                     config=config,
-                    db=db,
+                    db=self.gateway_db or db,
                     clock=self.clock,
                     metrics=self.metrics,
                     verifier=TokenVerifier(config.auth),

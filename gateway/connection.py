@@ -8,20 +8,29 @@ The queue holds at most ``sync.outbound_queue_max`` frames, in order:
 - replies of the session are *put* (:meth:`Connection.put`): they wait for
   room, so a client that does not read stops being read (backpressure).
 
-A writer task drains the queue while it has frames and ends when it is empty;
-it is started on demand in the connection's nursery, so an idle connection
-holds no writer (memory per connection is a product target). The writing
-itself (timeouts, close on a stalled write) belongs to a :class:`Writer`
-shared by all connections of a gateway.
+A frame queued while nothing is queued or being written is first offered to
+the socket at once (:meth:`Writer.write_now`): a reply that fits in the
+socket's buffer (a ``pong``, most acks and hints) costs no task and no timer.
+Otherwise a writer task drains the queue while it has frames and ends when
+it is empty; it is started on demand in the connection's nursery, so an idle
+connection holds no writer (memory per connection is a product target). The
+writing itself (timeouts, close on a stalled write) belongs to a
+:class:`Writer` shared by all connections of a gateway.
+
+The connection's phase and decided close are its
+:class:`~gateway.protocol.ConnectionState` (the state machine of
+:mod:`gateway.protocol`).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from gateway.protocol import Close, Phase
+from gateway.protocol import ConnectionState, Phase
 
 if TYPE_CHECKING:
     from gateway.transport import Transport
@@ -37,12 +46,19 @@ event was appended (for ``bothy_delivery_seconds{route="gateway"}``)."""
 class Writer(Protocol):
     """Drains a connection's queue into its transport (see ``gateway.session``)."""
 
+    def write_now(self, conn: Connection, frames: Sequence[Outbound]) -> bool:
+        """Write ``frames`` without waiting if the socket takes all of them (one
+        write); ``False``: :meth:`drain` must run (it first sends what the socket
+        did not take)."""
+        ...
+
     async def drain(self, conn: Connection) -> None:
-        """Write queued frames until the queue is empty or the connection ends."""
+        """Write what :meth:`write_now` left, then queued frames, until the queue is
+        empty or the connection ends."""
         ...
 
 
-class Connection:
+class Connection(ConnectionState):
     """One gateway connection: principal, phase, focus, and its outbound queue.
 
     The hub changes phase, principal and focus in the Trio thread under its
@@ -57,6 +73,12 @@ class Connection:
         close: the close the server decided, once it decided one.
         scope: cancels the connection's session when the hub closes it.
         transport: the WebSocket connection, once the session attached one.
+        idle_since: when (Trio's clock) the session last began to wait for a
+            client frame; ``inf`` while it serves one (the identify and
+            heartbeat timeouts count from it, :mod:`gateway.timeouts`).
+        pending_delivery: the append time of an ephemeral frame that
+            :meth:`Writer.write_now` left partly written (its delivery is
+            observed once the rest is out).
     """
 
     __slots__ = (
@@ -67,13 +89,13 @@ class Connection:
         "_room",
         "_writer",
         "_writing",
-        "close",
         "device_id",
         "focus",
         "human",
         "idle",
+        "idle_since",
         "kind",
-        "phase",
+        "pending_delivery",
         "platform",
         "scope",
         "serial",
@@ -82,8 +104,10 @@ class Connection:
     )
 
     def __init__(self, serial: int, queue_max: int) -> None:
+        super().__init__()
         self.serial = serial
-        self.phase = Phase.CONNECTING
+        self.idle_since = math.inf
+        self.pending_delivery: float | None = None
         self.user_id = ""
         self.device_id = ""
         self.platform = ""
@@ -91,7 +115,6 @@ class Connection:
         self.human = False
         self.focus = NO_FOCUS
         self.idle = False
-        self.close: Close | None = None
         self.scope = trio.CancelScope()
         self.transport: Transport | None = None
         self._queue: list[Outbound] = []
@@ -128,6 +151,15 @@ class Connection:
             await self._room.wait()
         self._enqueue((text, None))
 
+    async def put_all(self, texts: Sequence[str]) -> None:
+        """Queue replies in order, written in one go when the socket takes them (a
+        queue shorter than ``texts`` takes them all once it is empty)."""
+        while self._queue and len(self._queue) + len(texts) > self._queue_max:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
+        self._enqueue(*[(text, None) for text in texts])
+
     async def wait_written(self) -> None:
         """Return once every queued frame was handed to the transport.
 
@@ -153,9 +185,14 @@ class Connection:
         """Frames waiting to be written."""
         return len(self._queue)
 
-    def _enqueue(self, frame: Outbound) -> None:
-        self._queue.append(frame)
-        if self._writing or self._nursery is None or self._writer is None:
+    def _enqueue(self, *frames: Outbound) -> None:
+        writer = self._writer
+        if self._writing or self._nursery is None or writer is None:
+            self._queue.extend(frames)
+            return
+        if self._queue:
+            self._queue.extend(frames)
+        elif writer.write_now(self, frames):
             return
         try:
             self._nursery.start_soon(self._write)

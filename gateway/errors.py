@@ -4,9 +4,11 @@
 
     GatewayError
     ├── ProtocolViolation    the client's input ends the connection; carries the Close
+    │   └── Throttled        a device closed with 4029 identifies again too soon
     └── TransportError       the WebSocket connection itself
         ├── TransportClosed  the peer closed the connection or it broke ("it broke")
-        └── FrameTooLarge    a client frame exceeded ``sync.max_frame_bytes``
+        ├── FrameTooLarge    a client frame exceeded ``sync.max_frame_bytes``
+        └── TooManyFrames    the client sent frames faster than ``sync.ops_per_second``
 
 A close the server decides (replacement, revocation, shutdown, a stalled
 write) is not an error: the hub records it on the connection and cancels the
@@ -39,6 +41,18 @@ class ProtocolViolation(GatewayError):
         self.close = close
 
 
+class Throttled(ProtocolViolation):
+    """A device closed with 4029 identified again before its cooldown ended.
+
+    Attributes:
+        until: when (Trio's clock) the cooldown ends.
+    """
+
+    def __init__(self, close: Close, until: float) -> None:
+        super().__init__(close)
+        self.until = until
+
+
 class TransportError(GatewayError):
     """The WebSocket connection failed below the protocol."""
 
@@ -57,3 +71,8 @@ class TransportClosed(TransportError):
 
 class FrameTooLarge(TransportError):
     """A client message exceeded ``sync.max_frame_bytes``; it was never buffered whole."""
+
+
+class TooManyFrames(TransportError):
+    """The client's frames exceeded its token bucket (``sync.ops_per_second``,
+    ``sync.ops_burst``); the rest are never served."""

@@ -11,8 +11,10 @@ cluster the same holds across nodes: the node told that a newer connection of
 the device is live elsewhere closes the older one here with 4017
 (:meth:`Hub.close_replaced`, :mod:`gateway.revocations`).
 
-Phases change only here (see :mod:`gateway.protocol` for the table), and every
-change moves ``bothy_gateway_connections{phase}``. Mutations run in the Trio
+Phases change only here, by the triggers of the state machine in
+:mod:`gateway.protocol` (:class:`~gateway.protocol.ConnectionState`,
+:data:`~gateway.protocol.TRANSITIONS`), and every change moves
+``bothy_gateway_connections{phase}``. Mutations run in the Trio
 thread; they hold a :class:`threading.Lock` only to change a few fields, so
 the presence read (:meth:`Hub.presence`), which copies under the same lock,
 may run in the consumer round's worker thread and never waits on a
@@ -47,7 +49,7 @@ from bothy_notify.auth import DeviceClaims
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceEntry
 from gateway.connection import Connection
-from gateway.protocol import REPLACED, Close, Phase
+from gateway.protocol import REPLACED, Close, Phase, Trigger
 
 DROP_QUEUE_FULL = "queue_full"
 """``bothy_gateway_dropped_total{reason}``: the connection's outbound queue was full."""
@@ -107,6 +109,8 @@ class Hub:
         self._watcher: Callable[[str], None] | None = None
         self.accepting = True
         """``False`` once :meth:`close_all` ran: new connections close at once."""
+        self.stopping = trio.Event()
+        """Set by :meth:`close_all`: closes held back (4029) go out at once."""
 
     def __repr__(self) -> str:
         return f"Hub(connections={len(self._all)})"
@@ -133,6 +137,10 @@ class Hub:
         self._gauges[Phase.CONNECTING].inc()
         return conn
 
+    def get(self, serial: int) -> Connection | None:
+        """The connection ``serial``, while the hub knows it."""
+        return self._all.get(serial)
+
     def identify(self, conn: Connection, claims: DeviceClaims) -> None:
         """Record the connection's principal and index it; phase ``catching_up``.
 
@@ -140,14 +148,15 @@ class Hub:
         commits meanwhile finds it (see :mod:`gateway.revocations`).
         """
         with self._lock:
-            if conn.phase is not Phase.CONNECTING:
+            left = conn.advance(Trigger.IDENTIFIED)
+            if left is None:
                 return
             conn.user_id, conn.device_id = claims.user_id, claims.device_id
             conn.platform, conn.human = claims.platform, claims.is_human
             conn.kind = claims.kind
             self._by_user.setdefault(conn.user_id, []).append(conn)
             self._by_device.setdefault((conn.user_id, conn.device_id), []).append(conn)
-            self._move(conn, Phase.CATCHING_UP)
+            self._moved(conn, left)
 
     def has_room(self, claims: DeviceClaims) -> bool:
         """Whether the person of ``claims`` may identify one more connection here.
@@ -176,7 +185,9 @@ class Hub:
             if any(c.serial > conn.serial and c.phase is Phase.LIVE for c in siblings):
                 self._close_locked(conn, REPLACED)
                 return False
-            self._move(conn, Phase.LIVE)
+            left = conn.advance(Trigger.CAUGHT_UP)
+            assert left is not None
+            self._moved(conn, left)
             for older in siblings:
                 if older.serial < conn.serial:
                     self._close_locked(older, REPLACED)
@@ -199,8 +210,9 @@ class Hub:
         """The peer closed the connection or it broke: phase ``closing``, out of
         the indices, its session cancelled (no close frame is sent)."""
         with self._lock:
-            if conn.phase is not Phase.CLOSING:
-                self._move(conn, Phase.CLOSING)
+            left = conn.advance(Trigger.CLOSE)
+            if left is not None:
+                self._moved(conn, left)
             self._unindex(conn)
         conn.scope.cancel()
 
@@ -220,11 +232,11 @@ class Hub:
         self._wake()
 
     def _close_locked(self, conn: Connection, close: Close) -> None:
-        if conn.close is not None:
+        if not conn.decide(close):
             return
-        conn.close = close
-        if conn.phase is not Phase.CLOSING:
-            self._move(conn, Phase.CLOSING)
+        left = conn.advance(Trigger.CLOSE)
+        if left is not None:
+            self._moved(conn, left)
         self._unindex(conn)
         self._closed.labels(str(int(close.code))).inc()
         conn.scope.cancel()
@@ -233,10 +245,10 @@ class Hub:
         _drop(self._by_user, conn.user_id, conn)
         _drop(self._by_device, (conn.user_id, conn.device_id), conn)
 
-    def _move(self, conn: Connection, phase: Phase) -> None:
-        self._gauges[conn.phase].dec()
-        conn.phase = phase
-        self._gauges[phase].inc()
+    def _moved(self, conn: Connection, left: Phase) -> None:
+        """``conn`` left phase ``left`` for its current one: the gauges, the watcher."""
+        self._gauges[left].dec()
+        self._gauges[conn.phase].inc()
         self._touch(conn)
 
     # -- reads -------------------------------------------------------------------------
@@ -342,6 +354,7 @@ class Hub:
             self.accepting = False
             for conn in list(self._all.values()):
                 self._close_locked(conn, close)
+        self.stopping.set()
 
     async def wait_empty(self) -> None:
         """Return once no connection is left. Cancellation: returns nothing early."""

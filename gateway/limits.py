@@ -71,3 +71,45 @@ class PendingConnections:
         entry = Pending(self, evict)
         self._entries[entry] = None
         return entry
+
+
+class Cooldowns:
+    """Devices closed with 4029 wait before they are served again (no IO; ``now`` given).
+
+    A connection's bucket (``sync.ops_per_second``, ``sync.ops_burst``) dies with
+    it, so a client that reconnects at once after 4029 would get a full burst
+    again, and an identify (a token check and a transaction) on top. A device
+    closed with 4029 is therefore refused with 4029 at identify, before any
+    database work, until its bucket would have filled up again
+    (``ops_burst / ops_per_second`` seconds). Clients reconnect with backoff
+    after 4029 anyway; only those that do not are refused. (The session holds
+    every 4029 back until then, too: see :mod:`gateway.session`.)
+
+    Args:
+        limit: entries kept at most (the oldest expire first; past it the
+            expired ones are dropped).
+    """
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self._limit = limit
+        self._until: dict[tuple[str, str], float] = {}
+
+    def __repr__(self) -> str:
+        return f"Cooldowns({len(self._until)})"
+
+    def start(self, device: tuple[str, str], until: float) -> None:
+        """``device`` (person, device id) is refused until ``until``."""
+        if len(self._until) >= self._limit:
+            now = min(self._until.values())
+            self._until = {k: v for k, v in self._until.items() if v > now}
+        self._until[device] = until
+
+    def cooling(self, device: tuple[str, str], now: float) -> float | None:
+        """Until when ``device`` is still refused at ``now``; ``None``: it is not."""
+        until = self._until.get(device)
+        if until is None:
+            return None
+        if until <= now:
+            del self._until[device]
+            return None
+        return until

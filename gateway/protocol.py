@@ -3,22 +3,36 @@
 Every frame is a JSON object in a text frame. Client ops and server replies
 carry ``op`` and ``d``; server events carry ``type``.
 
-Phases of a connection and the ops each one allows (every rule is here)::
+The connection's state machine (every rule is here, as h11's ``_state.py``
+holds HTTP's): :class:`ConnectionState` holds the phase and the decided
+close, :data:`TRANSITIONS` says which trigger moves which phase, and
+:data:`ALLOWED` which ops each phase accepts::
 
     phase        entered when                        client ops allowed
     -----------  ----------------------------------  ---------------------------
     connecting   the WebSocket is open; hello sent    identify
     catching_up  identify verified                    focus, read, ping, reauth (read once live)
     live         catchup.complete written             focus, read, ping, reauth
-    closing      the server decided to close          (none; frames are ignored)
+    closing      the server decided to close, or      (none; frames are ignored)
+                 the peer went
 
-    connecting --identify ok--> catching_up --catchup.complete--> live
-    any phase --close decided--> closing
+    connecting --IDENTIFIED--> catching_up --CAUGHT_UP--> live
+    any phase but closing --CLOSE--> closing
+
+A trigger that its phase does not take changes nothing (a second close, a
+late ``catchup.complete`` of a connection already closing). The hub applies
+the triggers (under its lock, moving ``bothy_gateway_connections{phase}``);
+nothing else changes a phase.
 
 An op that its phase does not allow closes the connection with 4003: any op
 but ``identify`` before identify, a second ``identify`` after it. Malformed
 frames (not JSON, not an object, a binary frame, an unknown op, bad members)
 close with 4003 too. Close reasons are constants: they never echo input.
+
+Every client frame takes a token of the connection's bucket
+(``sync.ops_per_second``, ``sync.ops_burst``; pings and control frames
+included); past it the connection closes with 4029 ``too many frames``. The
+bucket counts frames as they are read, in :class:`gateway.frames.FrameFilter`.
 
 A frame is malformed when it is not strict JSON: ``NaN`` and ``Infinity``,
 numbers beyond a double, a member named twice (readers disagree on which one
@@ -27,8 +41,8 @@ a text frame (checked by :mod:`gateway.transport`).
 
 Beyond SPEC section 8 the gateway adds the op ``reauth`` (a fresh token for
 the same person, device, platform and kind moves the connection's expiry;
-answered by ``reauth.ack``) and the close code 4008 (a limit on connections:
-see :class:`CloseCode`).
+answered by ``reauth.ack``), the close code 4008 (a limit on connections:
+see :class:`CloseCode`) and the WebSocket code 1011 for a server error.
 
 :func:`decode_client_frame` turns one received message into a :class:`ClientOp`
 or raises :class:`~gateway.errors.ProtocolViolation`; the ``*_frame``
@@ -61,9 +75,11 @@ class Phase(enum.StrEnum):
 
 
 class CloseCode(enum.IntEnum):
-    """Close codes of SPEC section 8, and ``OVER_LIMIT`` (4008), ours::
+    """Close codes of SPEC section 8, ``OVER_LIMIT`` (4008), ours, and 1011::
 
         1001  SHUTDOWN       the node shuts down
+        1011  SERVER_ERROR   the server failed to serve an op (the database is
+                             unreachable, say); reconnect with backoff
         4001  AUTH           bad identify or reauth token; the token expired
         4003  PROTOCOL       malformed frame, unknown op, wrong phase, identify timeout
         4008  OVER_LIMIT     too many unidentified connections (the oldest goes),
@@ -72,6 +88,7 @@ class CloseCode(enum.IntEnum):
         4010  REVOKED        the device is revoked, or the person deactivated
         4014  WRITE_STALLED  a write did not finish within sync.write_timeout
         4017  REPLACED       a newer connection of the same device is live
+        4029  TOO_MANY       frames past the bucket (sync.ops_per_second, sync.ops_burst)
 
     4008 mirrors the WebSocket code 1008 (policy violation) and is not used by
     SPEC: ``sync.max_unidentified_connections`` and
@@ -81,6 +98,7 @@ class CloseCode(enum.IntEnum):
     """
 
     SHUTDOWN = 1001
+    SERVER_ERROR = 1011
     AUTH = 4001
     PROTOCOL = 4003
     OVER_LIMIT = 4008
@@ -88,6 +106,7 @@ class CloseCode(enum.IntEnum):
     REVOKED = 4010
     WRITE_STALLED = 4014
     REPLACED = 4017
+    TOO_MANY = 4029
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +135,8 @@ TOO_MANY_FOR_PERSON = Close(CloseCode.OVER_LIMIT, "too many connections for this
 WRITE_STALLED = Close(CloseCode.WRITE_STALLED, "writes stalled")
 REPLACED = Close(CloseCode.REPLACED, "replaced by a newer connection")
 SHUTDOWN = Close(CloseCode.SHUTDOWN, "server shutting down")
+TOO_MANY_FRAMES = Close(CloseCode.TOO_MANY, "too many frames")
+SERVER_ERROR = Close(CloseCode.SERVER_ERROR, "server error")
 
 
 # -- client ops -------------------------------------------------------------------
@@ -173,6 +194,12 @@ class Reauth:
 
 ClientOp = Identify | Focus | Read | Ping | Reauth
 
+PING = Ping()
+"""The one ``ping`` op (it has no members)."""
+_PING_TEXTS = frozenset(('{"op":"ping"}', '{"op": "ping"}'))
+"""``ping`` as clients write it, decoded without the JSON parser (the strict parser
+answers the same for these texts)."""
+
 ALLOWED: Mapping[Phase, tuple[type[ClientOp], ...]] = {
     Phase.CONNECTING: (Identify,),
     Phase.CATCHING_UP: (Focus, Read, Ping, Reauth),
@@ -187,6 +214,62 @@ def check_allowed(phase: Phase, op: ClientOp) -> None:
     if isinstance(op, ALLOWED[phase]):
         return
     raise ProtocolViolation(ALREADY_IDENTIFIED if isinstance(op, Identify) else NOT_IDENTIFIED)
+
+
+class Trigger(enum.Enum):
+    """What moves a connection from one phase to the next."""
+
+    IDENTIFIED = "identified"
+    """Its identify token was verified; it is indexed under its person and device."""
+    CAUGHT_UP = "caught_up"
+    """Its ``catchup.complete`` was written to the socket."""
+    CLOSE = "close"
+    """The server decided to close it, or the peer closed it, or it broke."""
+
+
+TRANSITIONS: Mapping[tuple[Phase, Trigger], Phase] = {
+    (Phase.CONNECTING, Trigger.IDENTIFIED): Phase.CATCHING_UP,
+    (Phase.CATCHING_UP, Trigger.CAUGHT_UP): Phase.LIVE,
+    (Phase.CONNECTING, Trigger.CLOSE): Phase.CLOSING,
+    (Phase.CATCHING_UP, Trigger.CLOSE): Phase.CLOSING,
+    (Phase.LIVE, Trigger.CLOSE): Phase.CLOSING,
+}
+"""The phase each (phase, trigger) moves to; a pair not here changes nothing."""
+
+
+class ConnectionState:
+    """One connection's phase and the close the server decided (no IO, no lock).
+
+    The hub applies triggers (:meth:`advance`, :meth:`decide`) under its lock
+    and moves the phase gauges; the session asks :meth:`check` of each op.
+    """
+
+    __slots__ = ("close", "phase")
+
+    def __init__(self) -> None:
+        self.phase = Phase.CONNECTING
+        self.close: Close | None = None
+
+    def advance(self, trigger: Trigger) -> Phase | None:
+        """Apply ``trigger``: the phase left, or ``None`` when it changed nothing."""
+        left = self.phase
+        phase = TRANSITIONS.get((left, trigger))
+        if phase is None:
+            return None
+        self.phase = phase
+        return left
+
+    def decide(self, close: Close) -> bool:
+        """Record the server's decision to close with ``close`` (the first one
+        stands); whether it was the first."""
+        if self.close is not None:
+            return False
+        self.close = close
+        return True
+
+    def check(self, op: ClientOp) -> None:
+        """Raise :class:`ProtocolViolation` unless the phase allows ``op``."""
+        check_allowed(self.phase, op)
 
 
 def decode_client_frame(message: str | bytes, *, max_focused_threads: int) -> ClientOp:
@@ -205,6 +288,8 @@ def decode_client_frame(message: str | bytes, *, max_focused_threads: int) -> Cl
     """
     if not isinstance(message, str):
         raise ProtocolViolation(MALFORMED)
+    if message in _PING_TEXTS:
+        return PING
     try:
         frame = strict_json.loads(message)
     except ValueError:
@@ -217,7 +302,7 @@ def decode_client_frame(message: str | bytes, *, max_focused_threads: int) -> Cl
     if op == "ping":
         if d is not None and d != {}:
             raise ProtocolViolation(MALFORMED)
-        return Ping()
+        return PING
     if op not in ("identify", "focus", "read", "reauth"):
         raise ProtocolViolation(UNKNOWN_OP)
     if not isinstance(d, dict):

@@ -8,11 +8,12 @@ notify jobs use too.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import json
+from collections.abc import Collection, Sequence
 
 from bothy_notify.auth import DeviceClaims
 from bothy_notify.store import people, projections
-from bothy_notify.store.access import READABLE, may_read, readable_threads
+from bothy_notify.store.access import may_read, readable_by, readable_threads
 from bothy_notify.store.db import Conn
 from bothy_notify.store.people import inactive_among
 
@@ -20,7 +21,13 @@ DEACTIVATED = people.DEACTIVATED
 """What :func:`identify` answers for a person the app deactivated."""
 
 
-def identify(conn: Conn, *, claims: DeviceClaims) -> tuple[str, list[tuple[str, int]]]:
+Identified = tuple[str, list[tuple[str, int]]]
+"""What :func:`identify` answers: the device's state and the unread snapshot."""
+
+_REFUSED = ("revoked", people.DEACTIVATED)
+
+
+def identify(conn: Conn, *, claims: DeviceClaims) -> Identified:
     """Create or update the device row from the claims; the unread snapshot.
 
     Returns the device's state (``revoked`` means refuse), or
@@ -28,16 +35,21 @@ def identify(conn: Conn, *, claims: DeviceClaims) -> tuple[str, list[tuple[str, 
     refused, the person's followed, readable threads with unread messages as
     ``(thread_id, unread)`` pairs.
     """
-    state = people.admit_device(
-        conn,
-        user_id=claims.user_id,
-        device_id=claims.device_id,
-        platform=claims.platform,
-        principal_kind=claims.kind,
+    return identify_many(conn, [claims])[0]
+
+
+def identify_many(conn: Conn, claims: Sequence[DeviceClaims]) -> list[Identified]:
+    """:func:`identify` for many connections in one transaction (four statements),
+    each one's answer in order: what identifying them one by one would answer."""
+    states = people.admit_devices(
+        conn, [(c.user_id, c.device_id, c.platform, c.kind) for c in claims]
     )
-    if state in ("revoked", DEACTIVATED):
-        return state, []
-    return state, unread_threads(conn, claims.user_id)
+    admitted = {c.user_id for c, state in zip(claims, states, strict=True) if state not in _REFUSED}
+    unread = unread_threads_of(conn, admitted)
+    return [
+        (state, [] if state in _REFUSED else unread.get(c.user_id, []))
+        for c, state in zip(claims, states, strict=True)
+    ]
 
 
 def unread_threads(conn: Conn, user_id: str) -> list[tuple[str, int]]:
@@ -45,18 +57,31 @@ def unread_threads(conn: Conn, user_id: str) -> list[tuple[str, int]]:
 
     ``unread`` is ``last_message_seq - max(last_read_seq, unread_floor_seq)``.
     """
+    return unread_threads_of(conn, [user_id]).get(user_id, [])
+
+
+def unread_threads_of(conn: Conn, user_ids: Collection[str]) -> dict[str, list[tuple[str, int]]]:
+    """:func:`unread_threads` of each person in ``user_ids`` (one statement); a person
+    without any is absent."""
+    if not user_ids:
+        return {}
     rows = conn.execute(
-        "SELECT t.thread_id, t.last_message_seq"
+        "SELECT f.user_id, t.thread_id, t.last_message_seq"
         "  - greatest(coalesce(r.last_read_seq, 0), t.unread_floor_seq)"
-        " FROM bothy.follows f JOIN bothy.threads t ON t.thread_id = f.thread_id"
+        " FROM json_array_elements_text(%(users)s::json) AS u(user_id)"
+        " JOIN bothy.follows f ON f.user_id = u.user_id"
+        " JOIN bothy.threads t ON t.thread_id = f.thread_id"
         " LEFT JOIN bothy.read_states r ON r.user_id = f.user_id AND r.thread_id = f.thread_id"
-        " WHERE f.user_id = %(user)s AND f.level <> 'none'"
+        " WHERE f.level <> 'none'"
         "   AND t.last_message_seq > greatest(coalesce(r.last_read_seq, 0), t.unread_floor_seq)"
-        f"  AND {READABLE}"
-        " ORDER BY t.thread_id",
-        {"user": user_id},
+        f"  AND {readable_by('f.user_id')}"
+        " ORDER BY f.user_id, t.thread_id",
+        {"users": json.dumps(sorted(user_ids))},
     ).fetchall()
-    return [(str(r[0]), int(r[1])) for r in rows]
+    out: dict[str, list[tuple[str, int]]] = {}
+    for user_id, thread_id, unread in rows:
+        out.setdefault(str(user_id), []).append((str(thread_id), int(unread)))
+    return out
 
 
 def mark_read(conn: Conn, *, user_id: str, thread_id: str, seq: int) -> int:
@@ -92,10 +117,12 @@ def revoked_among(conn: Conn, devices: Collection[tuple[str, str]]) -> set[tuple
 
 __all__ = [
     "identify",
+    "identify_many",
     "inactive_among",
     "mark_read",
     "may_read",
     "readable_threads",
     "revoked_among",
     "unread_threads",
+    "unread_threads_of",
 ]

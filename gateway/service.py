@@ -8,10 +8,11 @@ and :attr:`Gateway.publisher` to ``notify.gateway_send``, and calls
 
 Tasks: one listener (accepting WebSocket connections on
 ``ws://{server.gateway_listen}/v1/gateway``), one revocation listener (revoked
-devices and deactivated people), one expiry watch (tokens past ``exp``), in a
-cluster (``cluster.mode = "multi"``, a ``node_id`` given) the shared presence
-publisher, and per connection the library's reader, the session and its
-writer.
+devices and deactivated people), one expiry watch (tokens past ``exp``), one
+timeout watch (identify and heartbeat timeouts), in a cluster
+(``cluster.mode = "multi"``, a ``node_id`` given) the shared presence
+publisher, and per connection the session (which also reads the socket) and,
+while frames wait for a socket that is full, its writer.
 """
 
 from __future__ import annotations
@@ -32,13 +33,15 @@ from bothy_notify.kernel.supervise import Supervised
 from bothy_notify.store.db import Database
 from gateway.expiry import ExpiryWatch
 from gateway.hub import Hub
-from gateway.limits import PendingConnections
+from gateway.identifies import IdentifyBatches
+from gateway.limits import Cooldowns, PendingConnections
 from gateway.presence import HubPresence
 from gateway.protocol import SHUTDOWN, Close, CloseCode
 from gateway.publisher import HubPublisher
 from gateway.revocations import RevocationListener
 from gateway.session import QueueWriter, SessionContext, SessionSettings, serve_session
 from gateway.shared_presence import SharedPresencePublisher
+from gateway.timeouts import Timeouts
 from gateway.transport import serve_websockets
 
 PATH = "/v1/gateway"
@@ -109,22 +112,36 @@ class Gateway:
                 metrics=metrics,
                 wait_limit=config.cluster.node_timeout.total_seconds(),
             )
+        settings = SessionSettings(
+            heartbeat_ms=round(sync.heartbeat.total_seconds() * 1000),
+            identify_timeout=sync.identify_timeout.total_seconds(),
+            write_timeout=sync.write_timeout.total_seconds(),
+            max_focused_threads=sync.max_focused_threads,
+            ops_per_second=sync.ops_per_second,
+            ops_burst=sync.ops_burst,
+        )
+        self._settings = settings
+        self._timeouts = Timeouts(
+            hub=self.hub,
+            identify_timeout=settings.identify_timeout,
+            heartbeat_timeout=settings.heartbeat_timeout,
+        )
+        self._identifies = IdentifyBatches(db)
         self._context = SessionContext(
             hub=self.hub,
             db=db,
             verifier=verifier,
-            settings=SessionSettings(
-                heartbeat_ms=round(sync.heartbeat.total_seconds() * 1000),
-                identify_timeout=sync.identify_timeout.total_seconds(),
-                write_timeout=sync.write_timeout.total_seconds(),
-                max_focused_threads=sync.max_focused_threads,
-            ),
+            settings=settings,
             writer=QueueWriter(
                 hub=self.hub,
                 write_timeout=sync.write_timeout.total_seconds(),
                 delivery=metrics.delivery_seconds.labels("gateway"),
             ),
             expiry=self._expiry,
+            timeouts=self._timeouts,
+            identifies=self._identifies,
+            cooldowns=Cooldowns(),
+            rate_limited=metrics.gateway_rate_limited.inc,
             presence_published=self.shared.wait_published if self.shared else None,
         )
         self._revocations = RevocationListener(
@@ -138,6 +155,8 @@ class Gateway:
         self._services = [
             Supervised("revocations", self._revocations.run, metrics=metrics),
             Supervised("expiry", self._expiry.run, metrics=metrics),
+            Supervised("timeouts", self._timeouts.run, metrics=metrics),
+            Supervised("identify", self._identifies.run, metrics=metrics),
         ]
         if self.shared is not None:
             self._services.append(Supervised("presence", self.shared.run, metrics=metrics))
@@ -165,6 +184,8 @@ class Gateway:
                     max_frame_bytes=self._max_frame_bytes,
                     handshake_timeout=self._handshake_timeout,
                     pending=self._pending,
+                    ops_per_second=self._settings.ops_per_second,
+                    ops_burst=self._settings.ops_burst,
                     on_dropped=self._dropped,
                     reuse_port=self._reuse_port,
                 )

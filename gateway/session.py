@@ -1,27 +1,36 @@
 """One connection's conversation: hello, identify, catch-up, then ops until it ends.
 
-:func:`serve_session` runs in the task the listener gave the connection. It
-runs the connection's writer, while frames are queued, in the connection's
-nursery (:class:`QueueWriter`); each write is bounded by ``sync.write_timeout`` (a
-stalled write closes with 4014). Every way out goes through the hub:
+:func:`serve_session` runs in the task the listener gave the connection.
+Replies are written at once when the socket takes them (most do); otherwise
+the connection's writer runs, while frames are queued, in the connection's
+nursery (:class:`QueueWriter`), each write bounded by ``sync.write_timeout``
+(a stalled write closes with 4014). Every way out goes through the hub:
 
 - the client breaks the protocol: :class:`~gateway.errors.ProtocolViolation`
-  -> ``hub.close(conn, its close)``;
+  -> ``hub.close(conn, its close)``; frames past the connection's bucket:
+  4029 (``bothy_gateway_rate_limited_total``), sent once the bucket would be
+  full again (``ops_burst / ops_per_second`` seconds; nothing is read
+  meanwhile), and the device is refused with 4029 at identify until then
+  (:class:`~gateway.limits.Cooldowns`);
 - the server decides (replacement 4017, revocation or deactivation 4010,
   shutdown 1001, a stalled write 4014, the token's expiry 4001, the limit of
-  unidentified connections 4008): ``hub.close`` cancels the session's scope;
+  unidentified connections 4008, a timeout 4003 or 4009): ``hub.close``
+  cancels the session's scope;
+- serving an op fails (the database cannot be reached, or anything
+  unexpected): 1011 ``server error``, so a client always gets a close code;
 - the peer closes or the connection breaks: ``hub.lost``.
 
 Then the session sends the decided close frame, bounded by
 ``sync.write_timeout`` in a shielded scope (a close frame is a write), and the
 hub forgets the connection.
 
-Timers are deadlines on the session's cancel scope: the client has
-``sync.identify_timeout`` after hello to identify (else 4003), and once
-identified must send some frame (``ping`` is the heartbeat) within
-:data:`HEARTBEAT_GRACE` times ``sync.heartbeat`` (else 4009). The token's
-expiry is watched by :class:`~gateway.expiry.ExpiryWatch` on the injected
-clock; ``reauth`` moves it.
+Timers: the client has ``sync.identify_timeout`` after hello to identify
+(else 4003), and once identified must send some frame (``ping`` is the
+heartbeat) within :data:`HEARTBEAT_GRACE` times ``sync.heartbeat`` (else
+4009). The session only stamps when it begins to wait for a frame
+(``conn.idle_since``); :class:`~gateway.timeouts.Timeouts` closes the silent
+ones. The token's expiry is watched by :class:`~gateway.expiry.ExpiryWatch`
+on the injected clock; ``reauth`` moves it.
 
 Limits: until it identifies, a connection counts against
 ``sync.max_unidentified_connections`` (:mod:`gateway.limits`; evicted: 4008);
@@ -31,9 +40,10 @@ at identify the person must have room under ``sync.max_connections_per_person``
 
 from __future__ import annotations
 
+import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -41,33 +51,38 @@ import trio
 from prometheus_client import Histogram
 
 from bothy_notify.auth import AuthError, DeviceClaims, TokenVerifier
-from bothy_notify.store.db import Database
+from bothy_notify.store.db import Database, StoreError
 from gateway import queries
-from gateway.connection import Connection
-from gateway.errors import FrameTooLarge, ProtocolViolation, TransportClosed
+from gateway.connection import Connection, Outbound
+from gateway.errors import (
+    FrameTooLarge,
+    ProtocolViolation,
+    Throttled,
+    TooManyFrames,
+    TransportClosed,
+)
 from gateway.expiry import ExpiryWatch
 from gateway.hub import Hub
+from gateway.identifies import IdentifyBatches
+from gateway.limits import Cooldowns
 from gateway.protocol import (
     AUTH_FAILED,
     DEACTIVATED,
     FRAME_TOO_LARGE,
-    HEARTBEAT_TIMEOUT,
-    IDENTIFY_TIMEOUT,
+    PING,
     REVOKED,
+    SERVER_ERROR,
     SHUTDOWN,
     TOO_MANY_FOR_PERSON,
+    TOO_MANY_FRAMES,
     TOO_MANY_UNIDENTIFIED,
     WRITE_STALLED,
     ClientOp,
-    Close,
     Focus,
     Identify,
-    Phase,
-    Ping,
     Read,
     Reauth,
     catchup_complete_frame,
-    check_allowed,
     decode_client_frame,
     focus_ack_frame,
     hello_frame,
@@ -77,10 +92,18 @@ from gateway.protocol import (
     reauth_ack_frame,
     unread_frame,
 )
+from gateway.timeouts import Timeouts
 from gateway.transport import Transport
+
+log = logging.getLogger("bothy.gateway.session")
 
 HEARTBEAT_GRACE = 1.5
 """A client may be this many heartbeat intervals late before 4009 (one lost beat is fine)."""
+
+PONG = pong_frame()
+"""The answer to every ``ping``."""
+CATCHUP_COMPLETE = catchup_complete_frame()
+"""The last frame of every catch-up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,17 +115,26 @@ class SessionSettings:
         identify_timeout: ``sync.identify_timeout`` in seconds.
         write_timeout: ``sync.write_timeout`` in seconds.
         max_focused_threads: ``sync.max_focused_threads``.
+        ops_per_second, ops_burst: ``sync.ops_per_second``, ``sync.ops_burst``
+            (the bucket of each connection's frames).
     """
 
     heartbeat_ms: int
     identify_timeout: float
     write_timeout: float
     max_focused_threads: int
+    ops_per_second: float = 10.0
+    ops_burst: int = 50
 
     @property
     def heartbeat_timeout(self) -> float:
         """Seconds without a client frame before 4009."""
         return self.heartbeat_ms / 1000 * HEARTBEAT_GRACE
+
+    @property
+    def hello(self) -> str:
+        """The hello frame every connection gets first."""
+        return hello_frame(self.heartbeat_ms)
 
 
 class QueueWriter:
@@ -129,24 +161,56 @@ class QueueWriter:
     def __repr__(self) -> str:
         return f"QueueWriter(write_timeout={self._timeout})"
 
-    async def drain(self, conn: Connection) -> None:
-        """Write until the queue is empty. Cancellation: the frame being written
-        is finished by the transport before anything else it sends."""
+    def write_now(self, conn: Connection, frames: Sequence[Outbound]) -> bool:
+        """Write ``frames`` at once if the socket takes all of them (one write, no
+        task, no timer); ``False``: :meth:`drain` must send the rest (the last
+        frame's delivery is observed then)."""
         transport = conn.transport
         assert transport is not None
-        while (frame := conn.take()) is not None:
-            text, appended_at = frame
+        try:
+            if not transport.send_nowait(*(text for text, _ in frames)):
+                conn.pending_delivery = frames[-1][1]
+                return False
+        except TransportClosed:
+            self._hub.lost(conn)
+            return True
+        for _, appended_at in frames:
+            self._delivered(appended_at)
+        return True
+
+    async def drain(self, conn: Connection) -> None:
+        """Send what :meth:`write_now` left, then the queue until it is empty.
+        Cancellation: the frame being written is finished by the transport
+        before anything else it sends."""
+        transport = conn.transport
+        assert transport is not None
+        appended_at, conn.pending_delivery = conn.pending_delivery, None
+        while True:
             with trio.move_on_after(self._timeout) as scope:
                 try:
-                    await transport.send(text)
+                    await transport.flush()
                 except TransportClosed:
                     self._hub.lost(conn)
                     return
             if scope.cancelled_caught:
                 self._hub.close(conn, WRITE_STALLED)
                 return
-            if appended_at is not None:
-                self._delivery.observe(max(0.0, time.time() - appended_at))
+            self._delivered(appended_at)
+            while (frame := conn.take()) is not None:
+                text, appended_at = frame
+                try:
+                    if not transport.send_nowait(text):
+                        break  # the rest is flushed within the timeout
+                except TransportClosed:
+                    self._hub.lost(conn)
+                    return
+                self._delivered(appended_at)
+            else:
+                return
+
+    def _delivered(self, appended_at: float | None) -> None:
+        if appended_at is not None:
+            self._delivery.observe(max(0.0, time.time() - appended_at))
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +228,10 @@ class SessionContext:
     settings: SessionSettings
     writer: QueueWriter
     expiry: ExpiryWatch
+    timeouts: Timeouts
+    identifies: IdentifyBatches
+    cooldowns: Cooldowns
+    rate_limited: Callable[[], None]
     presence_published: Callable[[], Awaitable[None]] | None = None
 
 
@@ -181,25 +249,46 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
     hub = ctx.hub
     conn = hub.open()
     conn.attach(transport, nursery, ctx.writer)
-    transport.on_oversized(conn.scope.cancel)
     transport.on_evicted(partial(hub.close, conn, TOO_MANY_UNIDENTIFIED))
+    conn.idle_since = trio.current_time()
+    ctx.timeouts.watch(conn.serial, conn.idle_since)
     peer_code: int | None = None
+    hold_until = 0.0
     try:
         if not hub.accepting:
             hub.close(conn, SHUTDOWN)
         with conn.scope:
             try:
                 await _converse(transport, conn, ctx)
+            except Throttled as exc:
+                hold_until = exc.until
+                hub.close(conn, exc.close)
             except ProtocolViolation as exc:
                 hub.close(conn, exc.close)
             except FrameTooLarge:
                 hub.close(conn, FRAME_TOO_LARGE)
+            except TooManyFrames:
+                ctx.rate_limited()
+                settings = ctx.settings
+                hold_until = trio.current_time() + settings.ops_burst / settings.ops_per_second
+                if conn.device_id:
+                    ctx.cooldowns.start((conn.user_id, conn.device_id), hold_until)
+                hub.close(conn, TOO_MANY_FRAMES)
             except TransportClosed as exc:
                 peer_code = exc.code
                 hub.lost(conn)
-        if conn.close is None and conn.phase is not Phase.CLOSING:
-            hub.close(conn, _expired(conn, transport))
+            except StoreError:  # the store logs why; the client is told to come back later
+                hub.close(conn, SERVER_ERROR)
+            except Exception as exc:  # never end a connection without a close code
+                log.warning("gateway session failed", extra={"error_type": type(exc).__name__})
+                hub.close(conn, SERVER_ERROR)
         close = conn.close
+        if hold_until:
+            # 4029 goes out once the bucket would be full again; meanwhile nothing is
+            # read, so a flooding client waits on its own socket instead of
+            # reconnecting (the node's shutdown ends the wait).
+            with trio.move_on_at(hold_until):
+                await hub.stopping.wait()
         if close is not None:
             with trio.CancelScope(shield=True), trio.move_on_after(ctx.settings.write_timeout):
                 await transport.close(close.code, close.reason)
@@ -208,73 +297,63 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
         hub.ended(conn, peer_code)
 
 
-def _expired(conn: Connection, transport: Transport) -> Close:
-    """Why the session's scope ended by itself: a frame too large, or a deadline."""
-    if transport.oversized:
-        return FRAME_TOO_LARGE
-    return IDENTIFY_TIMEOUT if conn.phase is Phase.CONNECTING else HEARTBEAT_TIMEOUT
-
-
 async def _converse(transport: Transport, conn: Connection, ctx: SessionContext) -> None:
-    """The protocol. Waits for client frames under a deadline on ``conn.scope``
-    (one scope per connection keeps an idle connection small): identify within
-    ``sync.identify_timeout``, then a frame within the heartbeat timeout."""
+    """The protocol: hello, identify, then ops until the connection ends. Before
+    each wait for a client frame the session stamps ``conn.idle_since`` (its
+    timeouts count from it), and while it serves one the stamp is ``inf``."""
     await _hello(transport, conn, ctx)
     while True:
-        await _serve_op(transport, conn, ctx)
+        conn.idle_since = trio.current_time()
+        message = await transport.receive()
+        conn.idle_since = math.inf
+        op = _decode(message, conn, ctx)
+        if op is PING:
+            await conn.put(PONG)
+        elif isinstance(op, Focus):
+            await _focus(op, conn, ctx)
+        elif isinstance(op, Read):
+            await _read(op, conn, ctx)
+        elif isinstance(op, Reauth):
+            await _reauth(op, conn, ctx)
 
 
 async def _hello(transport: Transport, conn: Connection, ctx: SessionContext) -> None:
     """Hello, then the client's identify. Its own function, so the identify frame
     (and its token) is not kept while the connection waits for the next frame."""
-    settings = ctx.settings
-    await conn.put(hello_frame(settings.heartbeat_ms))
-    conn.scope.deadline = trio.current_time() + settings.identify_timeout
+    await conn.put(ctx.settings.hello)
     message = await transport.receive()
-    conn.scope.deadline = math.inf
+    conn.idle_since = math.inf
     op = _decode(message, conn, ctx)
-    assert isinstance(op, Identify)  # check_allowed admits nothing else before identify
+    assert isinstance(op, Identify)  # check admits nothing else before identify
     await _identify(op, conn, ctx)
-
-
-async def _serve_op(transport: Transport, conn: Connection, ctx: SessionContext) -> None:
-    """Wait for one client frame within the heartbeat timeout and serve it."""
-    conn.scope.deadline = trio.current_time() + ctx.settings.heartbeat_timeout
-    message = await transport.receive()
-    conn.scope.deadline = math.inf
-    op = _decode(message, conn, ctx)
-    if isinstance(op, Focus):
-        await _focus(op, conn, ctx)
-    elif isinstance(op, Read):
-        await _read(op, conn, ctx)
-    elif isinstance(op, Ping):
-        await conn.put(pong_frame())
-    elif isinstance(op, Reauth):
-        await _reauth(op, conn, ctx)
 
 
 def _decode(message: str | bytes, conn: Connection, ctx: SessionContext) -> ClientOp:
     op = decode_client_frame(message, max_focused_threads=ctx.settings.max_focused_threads)
-    check_allowed(conn.phase, op)
+    conn.check(op)
     return op
 
 
 async def _identify(op: Identify, conn: Connection, ctx: SessionContext) -> None:
     claims = _verified(op.token, ctx)
+    until = ctx.cooldowns.cooling((claims.user_id, claims.device_id), trio.current_time())
+    if until is not None:
+        ctx.rate_limited()
+        raise Throttled(TOO_MANY_FRAMES, until)
     if not ctx.hub.has_room(claims):
         raise ProtocolViolation(TOO_MANY_FOR_PERSON)
     ctx.hub.identify(conn, claims)
     assert conn.transport is not None
     conn.transport.identified()
     ctx.expiry.watch(conn, claims.expires_at)
-    state, unread = await ctx.db.run(partial(queries.identify, claims=claims))
+    state, unread = await ctx.identifies.identify(claims)
     if state == "revoked":
         raise ProtocolViolation(REVOKED)
     if state == queries.DEACTIVATED:
         raise ProtocolViolation(DEACTIVATED)
-    await conn.put(ready_frame(claims.user_id, claims.device_id))
-    await conn.put(unread_frame(unread))
-    await conn.put(catchup_complete_frame())
+    await conn.put_all(
+        (ready_frame(claims.user_id, claims.device_id), unread_frame(unread), CATCHUP_COMPLETE)
+    )
     await conn.wait_written()  # live means the client can have catchup.complete
     ctx.hub.go_live(conn)
 

@@ -1,37 +1,36 @@
-"""Our WebSocket server over wsproto: the only module that imports a WebSocket library.
+"""Our WebSocket server: the listener, the HTTP upgrade, and each connection's socket.
 
 The hub and the sessions see a :class:`Transport` (receive one message, send
 one text frame, close with a code) and :func:`serve_websockets`, which
-accepts connections on a path and hands each one to a handler. Replacing the
-WebSocket library means rewriting this module only.
+accepts connections on a path and hands each one to a handler.
 
-wsproto is sans-IO: nothing here runs a task of its own. The connection's
-task (the session) reads the socket when it waits for a message and feeds
-wsproto, answering pings and the peer's close frame as they come; sends go
-straight to the socket. The upgrade's state (h11's parser, the request) is
-dropped once the connection is accepted. An idle connection so holds its
-session task, the socket, and a few small objects (``docs/performance.md``,
-"gateway").
+Three parts, none with a task of its own:
 
-Three things are done in :class:`FramedStream`, the byte stream placed
-between the TCP socket and wsproto:
+- **The upgrade** runs on wsproto's ``H11Handshake`` (the only use of a
+  WebSocket library), and its state is dropped once the connection is
+  accepted; bytes after the request are frames.
+- **Reading.** The connection's task (the session) reads the socket when it
+  waits for a message and feeds the bytes to the connection's
+  :class:`~gateway.frames.FrameFilter`, the sans-IO part that knows RFC 6455,
+  ``sync.max_frame_bytes`` and the connection's token bucket
+  (``sync.ops_per_second``, ``sync.ops_burst``). It answers WebSocket pings
+  and the peer's close frame as they come. A message past the size limit
+  raises :class:`FrameTooLarge` (4003), frames past the bucket
+  :class:`TooManyFrames` (4029). Bytes that break the framing end the
+  connection without a close frame, with their code (1002, 1007).
+- **Writing** goes through :class:`WriteStream`. It serialises writers (the
+  session's replies, the connection's writer, pongs, the close frame), keeps
+  the unsent rest of a write that a timeout cut off, so the framing survives
+  and a later close frame (4014) still reaches a client that resumes
+  reading, and first tries the socket at once (:meth:`WriteStream.send_nowait`):
+  a reply that fits in the socket's buffer is written without a task,
+  a timer or a wait.
 
-- **Oversized client messages.** The gateway must close with 4003 when a
-  message exceeds ``sync.max_frame_bytes``, without buffering it. The stream
-  reads the client's frame headers as bytes pass through; the first frame
-  that takes a message past the limit is swallowed whole (never buffered)
-  together with the rest of that message, and the session is told, so it
-  closes with 4003 while the close handshake still works.
-- **Writes that are cut off.** A write bounded by ``sync.write_timeout`` may be
-  cancelled halfway through a frame. The stream keeps the unsent bytes and
-  sends them before anything else, so the framing survives and a later close
-  frame (4014) still reaches a client that resumes reading. It also
-  serializes writers (the session's pong or close, the connection's writer).
-- **Invalid UTF-8.** wsproto would fail a text message that is not UTF-8
-  (1007); the gateway must close with 4003. The stream hands text frames to
-  wsproto as binary ones and remembers which messages were text; the
-  transport decodes them itself, and a text message that is not UTF-8 comes
-  out as bytes, which the protocol refuses as a malformed frame.
+The sockets are the standard library's, in non-blocking mode, waited on with
+``trio.lowlevel.wait_readable``/``wait_writable``: a ping costs one wake-up of
+the session's task, one ``recv`` and one ``send``. A read that found bytes
+without waiting yields to the other tasks before the bytes are served, so a
+client that floods cannot hold the event loop.
 
 Connections that have not identified count against
 ``sync.max_unidentified_connections`` from the moment they are accepted
@@ -41,20 +40,35 @@ Connections that have not identified count against
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Protocol
 
 import trio
 from wsproto.connection import ConnectionType
-from wsproto.events import AcceptConnection, RejectConnection, Request
-from wsproto.frame_protocol import FrameProtocol, Opcode, ParseFailed
+from wsproto.events import RejectConnection, Request
 from wsproto.handshake import H11Handshake
-from wsproto.utilities import RemoteProtocolError
+from wsproto.utilities import RemoteProtocolError, generate_accept_token, normed_header_dict
 
-from bothy_notify.kernel.sockets import open_shared_listener
-from gateway.errors import FrameTooLarge, TransportClosed
+from bothy_notify.kernel.sockets import bind_shared, join_address, split_address
+from gateway.errors import FrameTooLarge, TooManyFrames, TransportClosed
+from gateway.frames import (
+    TOO_LARGE,
+    TOO_MANY,
+    Broken,
+    CloseFrame,
+    FrameFilter,
+    Inbound,
+    Message,
+    PingFrame,
+    TokenBucket,
+    close_frame,
+    pong_frame,
+    text_frame,
+)
 from gateway.limits import Pending, PendingConnections
 
 log = logging.getLogger("bothy.gateway.transport")
@@ -62,14 +76,26 @@ log = logging.getLogger("bothy.gateway.transport")
 _HTTP_END = b"\r\n\r\n"
 """Where the upgrade request ends and WebSocket frames begin."""
 
+_SWITCHING = (
+    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: WebSocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Accept: %s\r\n\r\n"
+)
+"""The answer to an accepted upgrade (as wsproto writes it), with the accept token."""
+
 RECEIVE_BYTES = 4096
-"""Bytes read from the socket at a time (as trio-websocket read): a client's ops are small."""
+"""Bytes read from the socket at a time: a client's ops are small."""
+
+UNSENT_LOW_WATER = 2**14
+"""``TCP_NOTSENT_LOWAT`` of every connection, as Trio sets it (16 KiB)."""
+
+BACKLOG = 65_535
+"""The listen backlog asked for (the kernel caps it at ``net.core.somaxconn``)."""
 
 _OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
 """A transport's states: messages flow; our close frame is sent; nothing more."""
 
-_OPCODE_TEXT = 0x1
-_OPCODE_BINARY = 0x2
+_RESOURCE_ERRORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS))
+"""``accept`` failures that say this process is short of something: wait before the next."""
 
 
 class Transport(Protocol):
@@ -81,6 +107,7 @@ class Transport(Protocol):
         Raises:
             TransportClosed: the peer closed the connection or it broke.
             FrameTooLarge: a message exceeded ``sync.max_frame_bytes``.
+            TooManyFrames: the client sent frames faster than its bucket allows.
         """
         ...
 
@@ -89,14 +116,19 @@ class Transport(Protocol):
         the framing intact (unsent bytes go out before anything else)."""
         ...
 
+    def send_nowait(self, *texts: str) -> bool:
+        """Send text frames, one each, in one write if the socket takes all of it at
+        once. ``False``: what it did not take is kept, and :meth:`flush` must send
+        it. Raises :class:`TransportClosed`."""
+        ...
+
+    async def flush(self) -> None:
+        """Send whatever earlier sends kept. Raises :class:`TransportClosed`."""
+        ...
+
     async def close(self, code: int, reason: str) -> None:
         """Send a close frame and end the connection; idempotent. Bound it with a
         cancel scope: on cancellation the TCP connection is closed at once."""
-        ...
-
-    def on_oversized(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (once) when a client message exceeds ``sync.max_frame_bytes``;
-        :meth:`receive` raises :class:`FrameTooLarge` from then on."""
         ...
 
     @property
@@ -114,65 +146,93 @@ class Transport(Protocol):
         ...
 
 
-class FramedStream(trio.abc.Stream):
-    """The TCP stream under wsproto: guards message size, keeps cut-off writes.
+async def _wait_recv(sock: socket.socket) -> tuple[bytes, bool]:
+    """The next bytes of ``sock`` (``b""``: the connection ended) and whether it
+    had to wait for them."""
+    try:
+        return sock.recv(RECEIVE_BYTES), False
+    except BlockingIOError:
+        pass
+    except OSError:
+        return b"", False
+    while True:
+        await trio.lowlevel.wait_readable(sock)
+        try:
+            return sock.recv(RECEIVE_BYTES), True
+        except BlockingIOError:
+            continue
+        except OSError:
+            return b"", True
+
+
+class WriteStream:
+    """The writing side of one connection's socket (see the module docstring).
 
     Args:
-        stream: the accepted TCP stream.
-        max_frame_bytes: ``sync.max_frame_bytes``.
+        sock: the accepted socket, non-blocking.
     """
 
-    __slots__ = (
-        "_dropping",
-        "_header",
-        "_header_need",
-        "_http_tail",
-        "_in_http",
-        "_limit",
-        "_message_bytes",
-        "_passing",
-        "_payload_left",
-        "_sending",
-        "_sent",
-        "_stream",
-        "_text",
-        "_unsent",
-        "on_oversized",
-        "oversized",
-    )
+    __slots__ = ("_sending", "_sent", "_sock", "_unsent")
 
-    def __init__(self, stream: trio.SocketStream, max_frame_bytes: int) -> None:
-        self._stream = stream
-        self._limit = max_frame_bytes
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
         self._unsent = bytearray()
-        self._in_http = True
-        self._http_tail = b""
-        self._header = bytearray()
-        self._header_need = 2
-        self._payload_left = 0
-        self._passing = True
-        self._message_bytes = 0
-        self._dropping = False
-        self._text: list[bool] | None = None  # per message passed on: was it text?
-        self._sending = False  # a task is in send_all's loop
+        self._sending = False  # a task is in flush's loop
         self._sent: trio.Event | None = None  # set when that task leaves it
-        self.oversized = False  # a client message went past the limit: close with 4003
-        self.on_oversized: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
-        return f"FramedStream(oversized={self.oversized})"
+        return f"WriteStream(unsent={len(self._unsent)})"
 
-    # -- sending: never lose bytes of a frame that was started -------------------
+    @property
+    def unsent(self) -> int:
+        """Bytes kept for the next :meth:`flush`."""
+        return len(self._unsent)
 
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        """Send ``data`` after any bytes a cancelled send left behind.
+    def send_nowait(self, data: bytes) -> bool:
+        """Send ``data`` now, after what earlier writes left, unless another task is
+        flushing; whatever the socket does not take is kept for :meth:`flush`, and
+        the answer is whether nothing is kept.
 
-        Tasks may send at once (the session's pong or close, the writer's
-        frames): the first one writes everything queued, the others wait for it
+        Raises:
+            trio.BrokenResourceError: the connection broke.
+        """
+        if self._sending:
+            self._unsent += data
+            return False
+        kept = self._unsent
+        if kept:  # what an earlier write left goes first, in the same write
+            kept += data
+        try:
+            sent = self._sock.send(kept or data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            raise trio.BrokenResourceError("the connection broke") from exc
+        if kept:
+            del kept[:sent]
+            return not kept
+        if sent == len(data):
+            return True
+        kept += memoryview(data)[sent:]
+        return False
+
+    async def send_all(self, data: bytes) -> None:
+        """Send ``data`` after any bytes a cancelled send left behind."""
+        if not self.send_nowait(data):
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Send every byte kept.
+
+        Tasks may flush at once (the session's pong or close, the writer's
+        frames): the first one writes everything kept, the others wait for it
         and return once their bytes are out, or take over if it was cancelled.
         Cancelled while waiting, the bytes still go out, whole, before later ones.
+
+        Raises:
+            trio.BrokenResourceError: the connection broke.
         """
-        self._unsent += data
+        sock = self._sock
         while self._unsent:
             if self._sending:
                 if self._sent is None:
@@ -181,9 +241,12 @@ class FramedStream(trio.abc.Stream):
                 continue
             self._sending = True
             try:
-                sock = self._stream.socket
                 while self._unsent:
-                    sent = await sock.send(self._unsent)
+                    try:
+                        sent = sock.send(self._unsent)
+                    except BlockingIOError:
+                        await trio.lowlevel.wait_writable(sock)
+                        continue
                     del self._unsent[:sent]
             except OSError as exc:
                 raise trio.BrokenResourceError("the connection broke") from exc
@@ -193,147 +256,57 @@ class FramedStream(trio.abc.Stream):
                     self._sent.set()
                     self._sent = None
 
-    async def wait_send_all_might_not_block(self) -> None:
-        """As the TCP stream's."""
-        await self._stream.wait_send_all_might_not_block()
-
-    # -- receiving: watch message sizes ---------------------------------------------
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        """Bytes for wsproto, without the frames of an oversized message."""
-        while True:
-            data = await self._stream.receive_some(max_bytes)
-            if not data:
-                return b""
-            passed = self._filter(data)
-            if passed:
-                return passed
-
-    async def aclose(self) -> None:
-        """Close the TCP connection (idempotent); unsent bytes are dropped."""
-        await self._stream.aclose()
-
-    def was_text(self) -> bool:
-        """Whether the next message passed on was sent as text (each message
-        passed on is asked about once, in order)."""
-        text = self._text
-        if not text:
-            return False
-        was = text.pop(0)
-        if not text:
-            self._text = None  # an idle connection keeps no list
-        return was
-
-    def _filter(self, data: bytes) -> bytes:
-        if self._in_http:
-            joined = self._http_tail + data
-            end = joined.find(_HTTP_END)
-            if end < 0:
-                self._http_tail = joined[-3:]
-                return data
-            cut = end + len(_HTTP_END) - len(self._http_tail)
-            self._in_http = False
-            self._http_tail = b""
-            return data[:cut] + self._frames(memoryview(data)[cut:])
-        return self._frames(memoryview(data))
-
-    def _frames(self, view: memoryview) -> bytes:
-        out = bytearray()
-        i, n = 0, len(view)
-        while i < n:
-            if self._payload_left:
-                take = min(self._payload_left, n - i)
-                if self._passing:
-                    out += view[i : i + take]
-                i += take
-                self._payload_left -= take
-                continue
-            take = min(self._header_need - len(self._header), n - i)
-            self._header += view[i : i + take]
-            i += take
-            if len(self._header) < self._header_need:
-                continue
-            if self._header_need == 2:
-                need = (
-                    2
-                    + _extended_length_bytes(self._header[1])
-                    + (4 if self._header[1] & 0x80 else 0)
-                )
-                if need > 2:
-                    self._header_need = need
-                    continue
-            self._start_frame(out)
-        return bytes(out)
-
-    def _start_frame(self, out: bytearray) -> None:
-        header = self._header
-        fin, opcode = bool(header[0] & 0x80), header[0] & 0x0F
-        extra = _extended_length_bytes(header[1])
-        length = int.from_bytes(header[2 : 2 + extra], "big") if extra else header[1] & 0x7F
-        passing = True
-        if not opcode & 0x08:  # a data frame (control frames are small and always pass)
-            if opcode != 0:
-                self._message_bytes, self._dropping = 0, False
-            self._message_bytes += length
-            if self._dropping or self._message_bytes > self._limit:
-                passing, self._dropping = False, not fin
-                if not self.oversized:
-                    self.oversized = True
-                    if self.on_oversized is not None:
-                        self.on_oversized()
-            elif opcode != 0:  # the first frame of a message that is passed on
-                if self._text is None:
-                    self._text = []
-                self._text.append(opcode == _OPCODE_TEXT)
-                if opcode == _OPCODE_TEXT:  # wsproto must not judge its UTF-8
-                    header[0] = (header[0] & 0xF0) | _OPCODE_BINARY
-            if fin:
-                self._message_bytes = 0
-        if passing:
-            out += header
-        self._passing = passing
-        self._payload_left = length
-        self._header = bytearray()
-        self._header_need = 2
-
-
-def _extended_length_bytes(second: int) -> int:
-    length7 = second & 0x7F
-    return 2 if length7 == 126 else 8 if length7 == 127 else 0
-
 
 class WebSocketTransport:
-    """A :class:`Transport` over one accepted connection, driven through wsproto.
+    """A :class:`Transport` over one accepted connection.
 
     No task of its own: the session's task reads the socket in :meth:`receive`
     (answering pings and the peer's close there), and whoever sends writes
-    through :meth:`FramedStream.send_all`, which serializes writers.
+    through the connection's :class:`WriteStream`, which serialises writers.
 
     Args:
-        frames: the connection's wsproto frame protocol, after the upgrade.
-        stream: the connection's :class:`FramedStream`.
+        sock: the accepted socket, non-blocking.
+        frames: the connection's frame filter.
+        writes: the connection's write stream.
         pending: its place among the unidentified connections.
+        greeting: the upgrade's answer (101), not sent yet: it goes out with the
+            first frame (one write for both), or before the first read.
     """
 
-    __slots__ = ("_frames", "_parts", "_peer_code", "_pending", "_state", "_stream")
+    __slots__ = (
+        "_events",
+        "_frames",
+        "_greeting",
+        "_peer_code",
+        "_pending",
+        "_sock",
+        "_state",
+        "_writes",
+    )
 
-    def __init__(self, frames: FrameProtocol, stream: FramedStream, pending: Pending) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        frames: FrameFilter,
+        writes: WriteStream,
+        pending: Pending,
+        greeting: bytes = b"",
+    ) -> None:
+        self._sock = sock
         self._frames = frames
-        self._stream = stream
+        self._writes = writes
         self._pending = pending
+        self._greeting = greeting  # the upgrade's answer, sent with the first frame
         self._state = _OPEN
         self._peer_code: int | None = None  # the code of the peer's close frame
-        self._parts: list[bytes] | None = None  # fragments of a message being received
+        self._events: list[Inbound] | None = None  # filtered, not yet served
 
     def __repr__(self) -> str:
         return f"WebSocketTransport(state={self._state})"
 
-    def on_oversized(self, callback: Callable[[], None]) -> None:
-        self._stream.on_oversized = callback
-
     @property
     def oversized(self) -> bool:
-        return self._stream.oversized
+        return self._frames.oversized
 
     def on_evicted(self, callback: Callable[[], None]) -> None:
         self._pending.on_evicted(callback)
@@ -341,81 +314,84 @@ class WebSocketTransport:
     def identified(self) -> None:
         self._pending.leave()
 
+    def received(self, data: bytes) -> None:
+        """Bytes that came with the upgrade request (frames sent before its answer)."""
+        self._events = self._frames.feed(data, trio.current_time()) or None
+
     async def receive(self) -> str | bytes:
+        frames = self._frames
         while True:
-            if self._stream.oversized:
+            if frames.oversized:
                 raise FrameTooLarge()
+            if frames.flooded:
+                raise TooManyFrames()
             if self._state != _OPEN:
                 raise TransportClosed(self._peer_code)
-            message = await self._next_buffered()
-            if message is not None:
-                return message
-            if self._state != _OPEN:  # the peer's close frame, answered
-                raise TransportClosed(self._peer_code)
-            try:
-                data = await self._stream.receive_some(RECEIVE_BYTES)
-            except _ENDED:
-                data = b""
-            if not data:  # the connection ended without a close frame
-                self._state = _CLOSED
-                if self._stream.oversized:
-                    raise FrameTooLarge()
-                raise TransportClosed(None)
-            self._frames.receive_bytes(data)
-
-    async def _next_buffered(self) -> str | bytes | None:
-        """The next whole message among the bytes received so far, or ``None``;
-        answers pings and the peer's close frame on the way."""
-        try:
-            for frame in self._frames.received_frames():
-                opcode = frame.opcode
-                if opcode is Opcode.PING:
-                    assert isinstance(frame.payload, bytes | bytearray)
-                    await self._send_frame(self._frames.pong(frame.payload))
-                elif opcode is Opcode.CLOSE:
-                    assert isinstance(frame.payload, tuple)
-                    code, reason = frame.payload
-                    self._peer_code = int(code)
-                    with contextlib.suppress(TransportClosed):
-                        await self._send_frame(self._frames.close(code, reason))
+            events = self._events
+            while events:
+                event = events.pop(0)
+                if type(event) is Message:
+                    if not events:
+                        self._events = None
+                    return _message(event)
+                await self._control(event)
+                if self._state != _OPEN or frames.oversized or frames.flooded:
+                    break
+            else:
+                self._events = None
+                if self._greeting:
+                    await self._send(b"")
+                data, waited = await _wait_recv(self._sock)
+                if not data:  # the connection ended without a close frame
                     self._state = _CLOSED
-                    return None
-                elif opcode is not Opcode.PONG:  # a data frame
-                    message = self._message(frame.payload, frame.message_finished)
-                    if message is not None:
-                        return message
-        except ParseFailed as exc:  # as trio-websocket did: ended, no close frame
-            self._state, self._peer_code = _CLOSED, int(exc.code)
-        return None
+                    raise TransportClosed(None)
+                self._events = frames.feed(data, trio.current_time()) or None
+                if not waited:  # bytes were waiting: let the other tasks run first
+                    await trio.lowlevel.checkpoint()
 
-    def _message(self, payload: object, finished: bool) -> str | bytes | None:
-        # Text frames reach wsproto as binary ones (FramedStream): payloads are bytes.
-        assert isinstance(payload, bytes | bytearray)
-        if not finished:
-            if self._parts is None:
-                self._parts = []
-            self._parts.append(bytes(payload))
-            return None
-        if self._parts is None:
-            message = bytes(payload)
+    async def _control(self, event: Inbound) -> None:
+        """Serve what is not a message: a ping, the peer's close, the end of the framing."""
+        if type(event) is PingFrame:
+            await self._send(pong_frame(event.payload))
+        elif type(event) is CloseFrame:
+            self._peer_code = event.code
+            with contextlib.suppress(TransportClosed):
+                await self._send(close_frame(event.code, event.reason))
+            self._state = _CLOSED
+        elif type(event) is Broken:  # as wsproto's users do: ended, no close frame
+            self._state, self._peer_code = _CLOSED, event.code
         else:
-            self._parts.append(bytes(payload))
-            message, self._parts = b"".join(self._parts), None
-        if self._stream.was_text():
-            try:
-                return message.decode("utf-8")
-            except UnicodeDecodeError:
-                return message  # not text after all: a malformed frame
-        return message
+            assert event is TOO_LARGE or event is TOO_MANY  # raised by receive from now on
 
     async def send(self, text: str) -> None:
         if self._state != _OPEN:
             raise TransportClosed(self._peer_code)
-        await self._send_frame(self._frames.send_data(text))
+        await self._send(text_frame(text))
 
-    async def _send_frame(self, data: bytearray) -> None:
+    def send_nowait(self, *texts: str) -> bool:
+        if self._state != _OPEN:
+            raise TransportClosed(self._peer_code)
+        data = text_frame(texts[0]) if len(texts) == 1 else b"".join(map(text_frame, texts))
+        if self._greeting:
+            data, self._greeting = self._greeting + data, b""
         try:
-            await self._stream.send_all(data)
+            return self._writes.send_nowait(data)
+        except _ENDED:
+            self._state = _CLOSED
+            raise TransportClosed(self._peer_code) from None
+
+    async def flush(self) -> None:
+        try:
+            await self._writes.flush()
+        except _ENDED:
+            self._state = _CLOSED
+            raise TransportClosed(self._peer_code) from None
+
+    async def _send(self, data: bytes) -> None:
+        if self._greeting:
+            data, self._greeting = self._greeting + data, b""
+        try:
+            await self._writes.send_all(data)
         except _ENDED:
             self._state = _CLOSED
             raise TransportClosed(self._peer_code) from None
@@ -425,7 +401,7 @@ class WebSocketTransport:
             return
         self._state = _CLOSING
         try:
-            await self._send_frame(self._frames.close(code, reason))
+            await self._send(close_frame(code, reason))
             await self._wait_peer_close()
         except TransportClosed:
             pass
@@ -437,30 +413,24 @@ class WebSocketTransport:
         connection: closing the socket with unread bytes would reset it, and the
         client could lose the close frame."""
         while True:
-            try:
-                for frame in self._frames.received_frames():
-                    if frame.opcode is Opcode.CLOSE:
-                        return
-            except ParseFailed:
+            events, self._events = self._events, None
+            if events and any(type(e) is CloseFrame or type(e) is Broken for e in events):
                 return
-            try:
-                data = await self._stream.receive_some(RECEIVE_BYTES)
-            except _ENDED:
-                return
+            data, _ = await _wait_recv(self._sock)
             if not data:
                 return
-            self._frames.receive_bytes(data)
+            self._events = self._frames.feed(data, trio.current_time()) or None
 
 
-def split_listen(address: str) -> tuple[str, int]:
-    """``host:port`` (or ``[v6]:port``) as (host, port)."""
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-def join_listen(host: str, port: int) -> str:
-    """The inverse of :func:`split_listen`."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+def _message(event: Message) -> str | bytes:
+    """A text message as text; a binary one, or text that is not UTF-8, as bytes
+    (which the protocol refuses as a malformed frame)."""
+    if event.text:
+        try:
+            return event.payload.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return event.payload
 
 
 Handler = Callable[[Transport, trio.Nursery], Awaitable[None]]
@@ -476,6 +446,8 @@ async def serve_websockets(
     max_frame_bytes: int,
     handshake_timeout: float,
     pending: PendingConnections,
+    ops_per_second: float | None = None,
+    ops_burst: int = 1,
     on_dropped: Callable[[], None] = lambda: None,
     reuse_port: bool = False,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
@@ -493,6 +465,9 @@ async def serve_websockets(
         pending: the limit of unidentified connections; each accepted
             connection counts until the handler calls
             :meth:`Transport.identified` (or the connection ends).
+        ops_per_second, ops_burst: each connection's token bucket of frames
+            (``None``: unlimited); past it :meth:`Transport.receive` raises
+            :class:`TooManyFrames`.
         on_dropped: called for each connection the limit evicts during the
             upgrade (it is dropped without a close frame).
         reuse_port: bind with ``SO_REUSEPORT``: one of the node processes of
@@ -502,38 +477,95 @@ async def serve_websockets(
     ``task_status.started`` receives the bound ``host:port`` once the socket
     listens. Cancellation stops accepting and cancels every connection.
     """
-    host, port = split_listen(listen)
-    listeners: list[trio.SocketListener]
+    host, port = split_address(listen)
     if reuse_port:
-        listeners = [open_shared_listener(listen)]
+        sockets = [bind_shared(listen)]
     else:
-        listeners = await trio.open_tcp_listeners(port, host=host)
-    bound = listeners[0].socket.getsockname()[1]
-    serve_one = partial(
-        _serve_one,
-        handler=handler,
-        path=path,
-        max_frame_bytes=max_frame_bytes,
-        handshake_timeout=handshake_timeout,
-        pending=pending,
-        on_dropped=on_dropped,
-    )
-    async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, serve_one, listeners)
-        task_status.started(join_listen(host, bound))
+        sockets = [
+            socket.socket(fileno=listener.socket.detach())
+            for listener in await trio.open_tcp_listeners(port, host=host)
+        ]
+    try:
+        for sock in sockets:
+            if reuse_port:
+                sock.listen(BACKLOG)
+            sock.setblocking(False)
+        serve_one = partial(
+            _serve_one,
+            handler=handler,
+            path=path,
+            max_frame_bytes=max_frame_bytes,
+            bucket=(
+                partial(TokenBucket, ops_per_second, ops_burst)
+                if ops_per_second is not None
+                else None
+            ),
+            handshake_timeout=handshake_timeout,
+            pending=pending,
+            on_dropped=on_dropped,
+        )
+        async with trio.open_nursery() as nursery:
+            for sock in sockets:
+                nursery.start_soon(_accept, sock, nursery, serve_one)
+            task_status.started(join_address(host, sockets[0].getsockname()[1]))
+    finally:
+        for sock in sockets:
+            trio.lowlevel.notify_closing(sock)
+            sock.close()
+
+
+async def _accept(
+    listener: socket.socket,
+    nursery: trio.Nursery,
+    serve_one: Callable[[socket.socket], Awaitable[None]],
+) -> None:
+    """Accept connections until cancelled: one, then the other tasks run (so a flood
+    of connections is taken in at the pace of the sessions it competes with, and
+    a client between ``hello`` and ``identify`` is not outrun by it)."""
+    while True:
+        try:
+            sock, _ = listener.accept()
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(listener)
+            continue
+        except OSError as exc:
+            if exc.errno in _RESOURCE_ERRORS:
+                log.error(
+                    "the gateway cannot accept a connection",
+                    extra={"error_type": errno.errorcode.get(exc.errno or 0, "OSError")},
+                )
+                await trio.sleep(0.1)
+            continue  # otherwise that client went away before it was accepted
+        _configure(sock)
+        nursery.start_soon(serve_one, sock)
+        await trio.lowlevel.checkpoint()
+
+
+def _configure(sock: socket.socket) -> None:
+    """An accepted socket as Trio's ``SocketStream`` sets one up: non-blocking, no
+    Nagle delay, and at most :data:`UNSENT_LOW_WATER` bytes unsent in the kernel (so
+    a frame counts as written when it is close to the client, and a client that
+    stops reading holds little kernel memory)."""
+    sock.setblocking(False)
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if hasattr(socket, "TCP_NOTSENT_LOWAT"):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_LOW_WATER)
 
 
 async def _serve_one(
-    stream: trio.SocketStream,
+    sock: socket.socket,
     *,
     handler: Handler,
     path: str,
     max_frame_bytes: int,
+    bucket: Callable[[], TokenBucket] | None,
     handshake_timeout: float,
     pending: PendingConnections,
     on_dropped: Callable[[], None],
 ) -> None:
-    framed = FramedStream(stream, max_frame_bytes)
+    writes = WriteStream(sock)
     try:
         async with trio.open_nursery() as nursery:
 
@@ -543,11 +575,16 @@ async def _serve_one(
 
             entry = pending.enter(drop)
             try:
-                frames: FrameProtocol | None = None
+                upgraded: tuple[bytes, bytes] | None = None
                 with trio.move_on_after(handshake_timeout):
-                    frames = await _handshake(framed, path)
-                if frames is not None:
-                    await handler(WebSocketTransport(frames, framed, entry), nursery)
+                    upgraded = await _handshake(sock, writes, path)
+                if upgraded is not None:
+                    greeting, after = upgraded
+                    frames = FrameFilter(max_frame_bytes, bucket() if bucket else None)
+                    transport = WebSocketTransport(sock, frames, writes, entry, greeting)
+                    if after:
+                        transport.received(after)
+                    await handler(transport, nursery)
             except _ENDED:
                 pass
             finally:
@@ -556,35 +593,51 @@ async def _serve_one(
     except Exception as exc:  # one broken connection must never stop the listener
         log.warning("gateway connection failed", extra={"error_type": type(exc).__name__})
     finally:
-        with trio.CancelScope(shield=True):
-            await framed.aclose()
+        trio.lowlevel.notify_closing(sock)
+        sock.close()
 
 
 _ENDED = (trio.BrokenResourceError, trio.ClosedResourceError)
 """The connection ended below the protocol; nothing is left to do but close the socket."""
 
 
-async def _handshake(framed: FramedStream, path: str) -> FrameProtocol | None:
-    """The HTTP upgrade: the frame protocol of the accepted connection, or ``None``
-    when the request is refused (a path not served: 404; not a WebSocket
-    upgrade: 400 or 426) or the peer went away. The handshake's state (h11's
+async def _handshake(
+    sock: socket.socket, writes: WriteStream, path: str
+) -> tuple[bytes, bytes] | None:
+    """The HTTP upgrade: the answer to send (101, not sent yet) and the bytes received
+    after the request (frames), or ``None`` when the request is refused (a path
+    not served: 404; not a WebSocket upgrade: 400 or 426) or the peer went away.
+    wsproto judges the request; the answer is written here, as wsproto writes it
+    for a connection without subprotocols or extensions (wsproto's own builds a
+    connection object the gateway does not use). The handshake's state (h11's
     parser, the request) is dropped once it is over."""
     handshake = H11Handshake(ConnectionType.SERVER)
+    tail = b""
     while True:
-        data = await framed.receive_some(RECEIVE_BYTES)
+        data, _ = await _wait_recv(sock)
         if not data:
             return None
+        joined = tail + data
+        end = joined.find(_HTTP_END)
+        after = b""
+        if end >= 0:
+            cut = end + len(_HTTP_END) - len(tail)
+            data, after = data[:cut], data[cut:]
+        else:
+            tail = joined[-3:]
         try:
             handshake.receive_data(data)
         except RemoteProtocolError as exc:
             if exc.event_hint is not None:
-                await framed.send_all(handshake.send(exc.event_hint))
+                await writes.send_all(handshake.send(exc.event_hint))
             return None
         for event in handshake.events():
             if not isinstance(event, Request):
                 continue
             if event.target.partition("?")[0] != path:
-                await framed.send_all(handshake.send(RejectConnection(status_code=404)))
+                await writes.send_all(handshake.send(RejectConnection(status_code=404)))
                 return None
-            await framed.send_all(handshake.send(AcceptConnection()))
-            return FrameProtocol(client=False, extensions=[])
+            key = normed_header_dict(event.extra_headers)[b"sec-websocket-key"]
+            return _SWITCHING % generate_accept_token(key), after
+        if end >= 0:  # the request ended and was not an upgrade h11 accepted
+            return None

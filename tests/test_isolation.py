@@ -17,7 +17,9 @@ from bothy_notify.kernel.presence import NoPresence
 from bothy_notify.notify.round import ConsumerRound
 from bothy_notify.notify.routes import FailClosedRoutes
 from bothy_notify.store.db import Database
-from tests.harness import Launch, ev, make_config, wait_for
+from gateway.service import build_gateway
+from tests.gateway.client import GatewayClient, gateway_of, identify, wait_until
+from tests.harness import Launch, device_token, ev, make_config, wait_for
 
 
 def outbox(url: str, *events: tuple[str, dict[str, Any]]) -> None:
@@ -183,3 +185,44 @@ async def _true(value: bool) -> bool:
 
 async def _at_least(fn: Any, url: str, n: int) -> bool:
     return bool(await trio.to_thread.run_sync(fn, url) >= n)
+
+
+async def test_a_busy_gateway_pool_does_not_hold_up_http_requests(
+    launch: Launch, database_url: str, nursery: trio.Nursery
+) -> None:
+    """The gateway's database work has a pool of its own: with all of it taken (as a
+    flood of gateway ops would take it), an HTTP request is answered at once, and
+    the gateway's own work waits for its share."""
+    node = await launch(gateway_factory=build_gateway, config=make_config())
+    gateway_db = node.daemon.gateway_db
+    assert gateway_db is not None and gateway_db is not node.db
+    gate = psycopg.connect(database_url, autocommit=True)
+    gate.execute("SELECT pg_advisory_lock(4343)")
+    try:
+        async with trio.open_nursery() as stuck:
+            try:
+                for _ in range(gateway_db.pool_size):
+                    stuck.start_soon(
+                        gateway_db.run, lambda c: c.execute("SELECT pg_advisory_xact_lock(4343)")
+                    )
+                await wait_for(
+                    lambda: _at_least(waiting_on_a_lock, database_url, gateway_db.pool_size),
+                    what="the gateway pool to be taken",
+                )
+                assert node.addresses.gateway is not None
+                desktop = await GatewayClient.connect(nursery, node.addresses.gateway)
+                await identify(desktop, device_token("alex", "alex-desktop", "macos"))
+                await wait_until(lambda: gateway_of(node).hub.statistics().catching_up == 1)
+
+                with trio.fail_after(5):
+                    answer = await node.request(
+                        "GET", "/v1/preferences", token=device_token("sam", "sam-phone")
+                    )
+
+                assert answer.status_code == 200
+                assert all(f.get("op") != "catchup.complete" for f in desktop.frames)
+            finally:
+                gate.execute("SELECT pg_advisory_unlock(4343)")
+        await desktop.wait_op("catchup.complete")
+    finally:
+        gate.close()

@@ -144,6 +144,11 @@ class Metrics:
             ["code"],
             registry=r,
         )
+        self.gateway_rate_limited = Counter(
+            "bothy_gateway_rate_limited",
+            "Gateway connections closed with 4029: frames past sync.ops_per_second.",
+            registry=r,
+        )
         self.hints = Counter(
             "bothy_hints",
             "Hints decided with at least one route, by kind class.",

@@ -63,7 +63,7 @@ from bothy_notify.wiring import prepare_database, role_spec
 log = logging.getLogger("bothy.processes")
 
 DEDICATED_CONNECTIONS = 6
-"""Connections of one node process outside its two pools: the round's, the runner's
+"""Connections of one node process outside its three pools: the round's, the runner's
 and the gateway's ``LISTEN`` connections, each pool's Trio-thread connection
 (``Database.direct``: the API's appends, the runner's completions), and one to
 spare (a migration, a ping)."""
@@ -246,12 +246,15 @@ def _configured_url(config: Config) -> str:
 
 async def _check_connections(url: str, config: Config, count: int) -> None:
     """Warn when the server allows fewer connections than ``count`` processes may open."""
-    per_process = config.database.pool_size + config.database.jobs_pool_size + DEDICATED_CONNECTIONS
+    database = config.database
+    pools = database.pool_size + database.jobs_pool_size + database.gateway_pool_size
+    per_process = pools + DEDICATED_CONNECTIONS
     limit = await trio.to_thread.run_sync(connection_limit, url)
     if count * per_process > limit:
         log.warning(
             "the database allows fewer connections than the node processes may open;"
-            " raise max_connections or lower database.pool_size and jobs_pool_size",
+            " raise max_connections or lower database.pool_size, jobs_pool_size and"
+            " gateway_pool_size",
             extra={"processes": count, "needed": count * per_process, "max_connections": limit},
         )
 

@@ -11,10 +11,16 @@ from collections.abc import Sequence
 
 from bothy_notify.store.db import Conn
 
-READABLE = (
-    "EXISTS (SELECT 1 FROM bothy.members m WHERE m.user_id = %(user)s"
-    " AND m.scope_id IN (t.thread_id, t.channel_id, t.space_id))"
-)
+
+def readable_by(user: str) -> str:
+    """SQL: thread ``t`` is readable by the person ``user`` (an SQL expression)."""
+    return (
+        f"EXISTS (SELECT 1 FROM bothy.members m WHERE m.user_id = {user}"
+        " AND m.scope_id IN (t.thread_id, t.channel_id, t.space_id))"
+    )
+
+
+READABLE = readable_by("%(user)s")
 """SQL: thread ``t`` is readable by ``%(user)s``."""
 
 

@@ -3,7 +3,7 @@ device token's claims: the one rule the HTTP API and the gateway share."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from bothy_notify.store import registrations
 from bothy_notify.store.db import Conn
@@ -19,15 +19,15 @@ def admit_device(
     app deactivated the person, else the device's state after creating or
     updating its row (``revoked`` means refuse; see
     :func:`bothy_notify.store.registrations.ensure_device`)."""
-    if not is_active(conn, user_id):
-        return DEACTIVATED
-    return registrations.ensure_device(
-        conn,
-        user_id=user_id,
-        device_id=device_id,
-        platform=platform,
-        principal_kind=principal_kind,
-    )
+    return admit_devices(conn, [(user_id, device_id, platform, principal_kind)])[0]
+
+
+def admit_devices(conn: Conn, claims: Sequence[registrations.DeviceClaim]) -> list[str]:
+    """:func:`admit_device` for many tokens' claims (person, device id, platform,
+    principal kind) in three statements: each one's answer, in order."""
+    inactive = inactive_among(conn, {c[0] for c in claims})
+    states = registrations.ensure_devices(conn, [c for c in claims if c[0] not in inactive])
+    return [DEACTIVATED if c[0] in inactive else states[(c[0], c[1])] for c in claims]
 
 
 def is_active(conn: Conn, user_id: str) -> bool:

@@ -28,7 +28,8 @@ active. Invalidated registrations are kept as evidence until
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection
+import json
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -429,20 +430,43 @@ def ensure_device(
     unknown (a human, active), so a registering person can be reached before
     the app has sent ``user.upserted``; the app's own upsert wins later.
     """
+    states = ensure_devices(conn, [(user_id, device_id, platform, principal_kind)])
+    return states[(user_id, device_id)]
+
+
+DeviceClaim = tuple[str, str, str, str]
+"""(person, device id, platform, principal kind) of one device token."""
+
+
+def ensure_devices(conn: Conn, claims: Sequence[DeviceClaim]) -> dict[tuple[str, str], str]:
+    """:func:`ensure_device` for many tokens in two statements: each device's state by
+    (person, device id).
+
+    Rows are written in key order, so two concurrent calls lock them in the same
+    order. A device named twice takes its last claim's platform; a person's row
+    is created with the kind of their first claim.
+    """
+    if not claims:
+        return {}
+    devices = {(c[0], c[1]): c[2] for c in claims}
+    kinds: dict[str, str] = {}
+    for user_id, _device_id, _platform, principal_kind in claims:
+        kinds.setdefault(user_id, {"user": "human"}.get(principal_kind, principal_kind))
     conn.execute(
-        "INSERT INTO bothy.users (user_id, kind, active) VALUES (%s, %s, true)"
+        "INSERT INTO bothy.users (user_id, kind, active)"
+        " SELECT u, k, true FROM json_to_recordset(%s::json) AS x(u text, k text) ORDER BY u"
         " ON CONFLICT (user_id) DO NOTHING",
-        (user_id, {"user": "human"}.get(principal_kind, principal_kind)),
+        (json.dumps([{"u": u, "k": k} for u, k in kinds.items()]),),
     )
-    row = conn.execute(
+    rows = conn.execute(
         "INSERT INTO bothy.devices (device_id, user_id, platform, state)"
-        " VALUES (%s, %s, %s, 'active')"
+        " SELECT d, u, p, 'active'"
+        " FROM json_to_recordset(%s::json) AS x(u text, d text, p text) ORDER BY u, d"
         " ON CONFLICT (user_id, device_id) DO UPDATE SET"
         "  platform = CASE WHEN bothy.devices.state = 'revoked' THEN bothy.devices.platform"
         "    ELSE EXCLUDED.platform END,"
         "  updated_at = now()"
-        " RETURNING state",
-        (device_id, user_id, platform),
-    ).fetchone()
-    assert row is not None
-    return str(row[0])
+        " RETURNING user_id, device_id, state",
+        (json.dumps([{"u": u, "d": d, "p": p} for (u, d), p in devices.items()]),),
+    ).fetchall()
+    return {(str(r[0]), str(r[1])): str(r[2]) for r in rows}

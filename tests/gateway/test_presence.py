@@ -6,12 +6,14 @@ them: open, identify, go live, focus, close.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import trio
 
 from bothy_notify.auth import DeviceClaims
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceEntry
-from gateway.connection import Connection
+from gateway.connection import Connection, Outbound
 from gateway.hub import Hub
 from gateway.presence import HubPresence
 from gateway.protocol import REPLACED, Phase
@@ -127,6 +129,9 @@ class _StuckWriter:
 
     def __init__(self) -> None:
         self.started = trio.Event()
+
+    def write_now(self, conn: Connection, frames: Sequence[Outbound]) -> bool:
+        return False  # the socket takes nothing: the frame waits for drain
 
     async def drain(self, conn: Connection) -> None:
         self.started.set()

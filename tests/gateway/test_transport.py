@@ -9,6 +9,7 @@ the peer's close, reassemble fragments) happens in the task that waits in
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -27,7 +28,7 @@ from wsproto.frame_protocol import FrameProtocol
 
 from gateway.errors import TransportClosed
 from gateway.limits import PendingConnections
-from gateway.transport import FramedStream, Transport, serve_websockets
+from gateway.transport import Transport, WriteStream, serve_websockets
 from tests.gateway.client import wait_until
 
 PATH = "/v1/gateway"
@@ -147,17 +148,18 @@ async def test_a_connection_that_ends_without_a_close_frame_has_no_peer_code(
 async def test_writers_sending_at_once_keep_every_frame_whole() -> None:
     """The session's pong or close may be sent while the writer is in the middle
     of a frame: each goes out whole, after the frame being written."""
-    server_sock, client_sock = trio.socket.socketpair()
-    server_sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_SNDBUF, 4096)
-    client_sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)
-    framed = FramedStream(trio.SocketStream(server_sock), 1000)
-    reader = trio.SocketStream(client_sock)
+    server_sock, client_sock = socket.socketpair()
+    server_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    client_sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    server_sock.setblocking(False)
+    writes = WriteStream(server_sock)
+    reader = trio.SocketStream(trio.socket.from_stdlib_socket(client_sock))
     server = FrameProtocol(client=False, extensions=[])
     payloads = [bytes([65 + i]) * 50_000 for i in range(6)]
 
     async def write(mine: list[bytes]) -> None:
         for payload in mine:
-            await framed.send_all(server.send_data(payload))
+            await writes.send_all(bytes(server.send_data(payload)))
 
     received: list[bytes] = []
 
@@ -178,5 +180,5 @@ async def test_writers_sending_at_once_keep_every_frame_whole() -> None:
         nursery.start_soon(write, payloads[3:])
 
     assert sorted(received) == payloads
-    await framed.aclose()
+    server_sock.close()
     await reader.aclose()
