@@ -8,14 +8,14 @@ notify jobs use too.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Sequence
 
 from bothy_notify.auth import DeviceClaims
 from bothy_notify.store import people, projections
-from bothy_notify.store.access import may_read, readable_by, readable_threads
+from bothy_notify.store.access import may_read, readable_threads
 from bothy_notify.store.db import Conn
 from bothy_notify.store.people import inactive_among
+from bothy_notify.store.unread import unread_threads_of
 
 DEACTIVATED = people.DEACTIVATED
 """What :func:`identify` answers for a person the app deactivated."""
@@ -58,30 +58,6 @@ def unread_threads(conn: Conn, user_id: str) -> list[tuple[str, int]]:
     ``unread`` is ``last_message_seq - max(last_read_seq, unread_floor_seq)``.
     """
     return unread_threads_of(conn, [user_id]).get(user_id, [])
-
-
-def unread_threads_of(conn: Conn, user_ids: Collection[str]) -> dict[str, list[tuple[str, int]]]:
-    """:func:`unread_threads` of each person in ``user_ids`` (one statement); a person
-    without any is absent."""
-    if not user_ids:
-        return {}
-    rows = conn.execute(
-        "SELECT f.user_id, t.thread_id, t.last_message_seq"
-        "  - greatest(coalesce(r.last_read_seq, 0), t.unread_floor_seq)"
-        " FROM json_array_elements_text(%(users)s::json) AS u(user_id)"
-        " JOIN bothy.follows f ON f.user_id = u.user_id"
-        " JOIN bothy.threads t ON t.thread_id = f.thread_id"
-        " LEFT JOIN bothy.read_states r ON r.user_id = f.user_id AND r.thread_id = f.thread_id"
-        " WHERE f.level <> 'none'"
-        "   AND t.last_message_seq > greatest(coalesce(r.last_read_seq, 0), t.unread_floor_seq)"
-        f"  AND {readable_by('f.user_id')}"
-        " ORDER BY f.user_id, t.thread_id",
-        {"users": json.dumps(sorted(user_ids))},
-    ).fetchall()
-    out: dict[str, list[tuple[str, int]]] = {}
-    for user_id, thread_id, unread in rows:
-        out.setdefault(str(user_id), []).append((str(thread_id), int(unread)))
-    return out
 
 
 def mark_read(conn: Conn, *, user_id: str, thread_id: str, seq: int) -> int:

@@ -118,6 +118,10 @@ class PushMessage:
     message_id: str | None = None
     target_id: str | None = None
     mv: str | None = None
+    badge: int | None = None
+    """Unread threads of the person when the push is sent (``push.badge``); ``None``: off."""
+    urgency: str | None = None
+    """``low``, ``normal`` or ``high`` (the kind's, ``[notify.urgency]``)."""
 
     def payload(self) -> dict[str, Any]:
         """The JSON payload: IDs as strings, absent members omitted (never null)."""
@@ -130,6 +134,10 @@ class PushMessage:
         out["quiet"] = self.quiet
         if self.mv is not None:
             out["mv"] = self.mv
+        if self.badge is not None:
+            out["badge"] = self.badge
+        if self.urgency is not None:
+            out["urgency"] = self.urgency
         return out
 
     def string_payload(self) -> dict[str, str]:
