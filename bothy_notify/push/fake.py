@@ -21,7 +21,14 @@ from typing import Any, TextIO
 import trio
 
 from bothy_notify.config import FakeProviderConfig
-from bothy_notify.push.port import Message, Outcome, OutcomeKind, Target, TopicMessage
+from bothy_notify.push.port import (
+    Message,
+    Outcome,
+    OutcomeKind,
+    PushMessage,
+    Target,
+    TopicMessage,
+)
 
 log = logging.getLogger("bothy.push.fake")
 
@@ -91,10 +98,12 @@ class FakeProvider:
         if self._echo:
             if isinstance(message, TopicMessage):
                 said = f"topic push sequence_id={message.sequence_id}"
-            else:
+            elif isinstance(message, PushMessage):
                 said = (
                     f"kind={message.kind} count={message.count} quiet={str(message.quiet).lower()}"
                 )
+            else:
+                said = f"kind={message.kind}"
             print(f"[fake push] {outcome.kind.value}: {said}", file=self._stream, flush=True)
         await trio.lowlevel.checkpoint()
         return outcome

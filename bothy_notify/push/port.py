@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -191,8 +192,77 @@ class TopicMessage:
         return f"TopicMessage(sequence_id={self.sequence_id})"
 
 
-Message = PushMessage | TopicMessage
-"""What a provider sends: a hint (person mode) or a topic push (topic mode)."""
+@dataclass(frozen=True, slots=True)
+class ReadMessage:
+    """A clearing push (``notify.push_clear``): the person read ``thread_id`` up to
+    ``seq`` elsewhere, so the device drops that thread's notification and updates its
+    badge. Content-free: ``{"kind": "read", "thread_id", "seq", "badge"}`` (and the
+    kind's ``urgency``). Always background style (APNs ``content-available``,
+    priority 5, collapsed on the thread; FCM data-only, priority NORMAL)."""
+
+    thread_id: str
+    seq: int
+    badge: int | None = None
+    urgency: str | None = None
+    kind = "read"
+
+    def payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": "read", "thread_id": self.thread_id, "seq": self.seq}
+        if self.badge is not None:
+            out["badge"] = self.badge
+        if self.urgency is not None:
+            out["urgency"] = self.urgency
+        return out
+
+    def string_payload(self) -> dict[str, str]:
+        """The payload with every value a string (FCM data messages)."""
+        return {k: str(v) for k, v in self.payload().items()}
+
+    @property
+    def webhook_id(self) -> str:
+        """The Standard Webhooks message id: one per (thread, position), kept on retries;
+        a digest, never the thread id."""
+        digest = hashlib.sha256(self.thread_id.encode()).hexdigest()[:24]
+        return f"read.{digest}.{self.seq}"
+
+    def __repr__(self) -> str:
+        return f"ReadMessage(seq={self.seq})"
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryMessage:
+    """The one push at the end of a quiet period (``notify.quiet_summary``):
+    ``{"kind": "summary", "count", "badge"}``, ``count`` the threads with held hints
+    still unread. APNs alert style: ``interruption-level`` passive, no sound."""
+
+    nid: str
+    """A UUIDv7 per quiet period's summary (the webhook's message id, kept on retries)."""
+    count: int
+    badge: int | None = None
+    urgency: str | None = None
+    kind = "summary"
+    thread_id = None
+
+    @property
+    def webhook_id(self) -> str:
+        return self.nid
+
+    def payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": "summary", "count": self.count}
+        if self.badge is not None:
+            out["badge"] = self.badge
+        if self.urgency is not None:
+            out["urgency"] = self.urgency
+        return out
+
+    def string_payload(self) -> dict[str, str]:
+        """The payload with every value a string (FCM data messages)."""
+        return {k: str(v) for k, v in self.payload().items()}
+
+
+Message = PushMessage | TopicMessage | ReadMessage | SummaryMessage
+"""What a provider sends: a hint (person mode), a topic push (topic mode), a clearing
+push or a quiet period's summary."""
 
 
 @fast_init

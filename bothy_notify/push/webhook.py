@@ -56,6 +56,7 @@ from bothy_notify.push.port import (
     PLAIN_TOKEN,
     Message,
     Outcome,
+    PushMessage,
     Refusal,
     Registrant,
     Target,
@@ -240,7 +241,7 @@ class WebhookProvider:
         if key is None:
             return Outcome.rejected("bad_signing_key")
         body = self.body(target, message)
-        webhook_id = message.webhook_id if isinstance(message, TopicMessage) else message.nid
+        webhook_id = message.nid if isinstance(message, PushMessage) else message.webhook_id
         timestamp = int(self._clock.now().timestamp())
         headers = [
             (b"content-type", b"application/json"),
