@@ -36,6 +36,7 @@ ISSUE = "issue 19 (measured 2026-12-03)"
 PUBLIC = "docs/performance.md, public path (bench/public_path.py, i19-http, loaded machine)"
 SCALE = "bench/decide.py --scale (this branch, loaded machine)"
 CEILING = "bench/pg_ceiling.py (this branch, loaded machine)"
+BEAT = "docs/performance.md, heartbeat (bench/heartbeat.py, i19-gateway, loaded machine)"
 
 INPUTS: dict[str, Input] = {
     # The deployment to size (the issue's figures).
@@ -57,24 +58,32 @@ INPUTS: dict[str, Input] = {
     "flush_hint_share": Input(0.50, "assumption: flushes that find folded messages unread"),
     "batch_size": Input(500, "notify.batch_size (default)"),
     # Gateway.
-    "kb_per_connection": Input(11.78, f"{PERF}: bench/gateway.py, idle identified connection"),
+    "kb_per_connection": Input(
+        9.04, f"{PERF}: bench/gateway.py, idle identified connection (11.78 before i19-gateway)"
+    ),
     "idle_cpu_us_per_connection_s": Input(
         3.2, f"{ISSUE}: 5,000 connections without heartbeats took 1.6 % of a core"
     ),
     "cpu_us_per_ping": Input(
-        235, f"{PUBLIC}: phase (p), daemon CPU per ping (540 in {ISSUE}; target <= 50)"
+        105,
+        f"{BEAT}: daemon CPU per ping, net, the highest of four runs (80-105 us; 235 in"
+        f" {PUBLIC}, 540 in {ISSUE}; target <= 50; the bare wsproto floor 145-188 us)",
     ),
     "heartbeat_s": Input(30, "sync.heartbeat (default): one ping per connection per period"),
     "identifies_per_s_per_process": Input(
-        150, f"{PUBLIC}: phase (s), 18,990 connecting at once (475 in {ISSUE})"
+        521,
+        f"{BEAT}: the best storm of four at 100 % machine load (87-521/s; 150 in {PUBLIC},"
+        f" 475 in {ISSUE}); by CPU alone 1,040-1,500/s",
     ),
-    "cpu_us_per_identify": Input(2_796, f"{PUBLIC}: phase (s), daemon CPU per identify"),
+    "cpu_us_per_identify": Input(
+        959, f"{BEAT}: daemon CPU per identify in the storm, the highest of four (666-959 us)"
+    ),
     "connections_per_process": Input(
         19_000, f"{PERF}: 19,000 in one process at 11.77 KB (ulimit -n 20,000)"
     ),
     "connection_lifetime_s": Input(3_600, "assumption: a connection's mean life"),
     "identify_pg_us": Input(
-        300, "assumption: PostgreSQL per identify (the device row upserted, unread read)"
+        71, f"{BEAT}: PostgreSQL CPU per identify in the storm, the highest of four (45-71 us)"
     ),
     "usable_core_share": Input(0.7, "assumption: share of a core a process may use"),
     "gateway_hint_cpu_us": Input(
