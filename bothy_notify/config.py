@@ -116,6 +116,31 @@ class ApnsStyle(enum.StrEnum):
     ALERT = "alert"
 
 
+class Urgency(enum.StrEnum):
+    """How urgently a kind's push should reach the person (``[notify.urgency]``)."""
+
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+
+
+class BadgeMode(enum.StrEnum):
+    """What a push's ``badge`` counts (``push.badge``)."""
+
+    UNREAD_THREADS = "unread_threads"
+    OFF = "off"
+
+
+DEFAULT_URGENCY: Mapping[str, Urgency] = {
+    "security": Urgency.HIGH,
+    "mention": Urgency.HIGH,
+    "read": Urgency.LOW,
+    "summary": Urgency.LOW,
+}
+"""The urgency of a kind that ``[notify.urgency]`` does not name; any other kind is
+``normal``."""
+
+
 class LogFormat(enum.StrEnum):
     JSON = "json"
     TEXT = "text"
@@ -436,6 +461,20 @@ class NotifyConfig:
             path=True,
         ),
     )
+    urgency: Mapping[str, Urgency] = field(
+        default_factory=dict,
+        metadata=_meta(
+            "urgency (low, normal, high) by kind code, over the defaults: security and"
+            " mention high, read and summary low, every other kind normal",
+        ),
+    )
+
+    def urgency_of(self, kind: str) -> Urgency:
+        """The urgency of ``kind``: ``[notify.urgency]``'s, else the default."""
+        found = self.urgency.get(kind)
+        if found is not None:
+            return found
+        return DEFAULT_URGENCY.get(kind, Urgency.NORMAL)
 
 
 @dataclass(frozen=True)
@@ -484,6 +523,13 @@ class ApnsSettings:
     )
     style: ApnsStyle = field(default=ApnsStyle.BACKGROUND, metadata=_meta("background or alert"))
     alert_title: str = field(default="New activity", metadata=_meta("generic alert title"))
+    title_loc_keys: bool = field(
+        default=False,
+        metadata=_meta(
+            "alert style: aps.alert also carries title-loc-key BOTHY_<KIND> for the app's"
+            " localised titles (off: iOS shows the key itself when the app lacks it)"
+        ),
+    )
     endpoint: str = field(default="", metadata=_meta("override of the APNs host URL"))
     ca_file: str = field(
         default="",
@@ -676,6 +722,13 @@ class PushConfig:
     recipient_ttl: timedelta = field(
         default=_d("30d"),
         metadata=_meta("delete a topic-mode recipient not renewed", min=86_400),
+    )
+    badge: BadgeMode = field(
+        default=BadgeMode.UNREAD_THREADS,
+        metadata=_meta(
+            "what a push's badge counts: unread_threads (the unread op's threads, at send"
+            " time) or off (no badge)"
+        ),
     )
     apns: ApnsConfig | None = field(default=None, metadata=_meta("APNs provider block"))
     fcm: FcmConfig | None = field(default=None, metadata=_meta("FCM provider block"))

@@ -567,6 +567,7 @@ class Daemon:
                 config=config.push,
                 metrics=metrics,
                 catalogue_version=version,
+                urgency_of=config.notify.urgency_of,
             ),
             gateway_send,
             FlushHandler(

@@ -39,6 +39,7 @@ from bothy_notify.api import (
     catalogue,
     document,
     events,
+    notifications,
     ops,
     preferences,
     recipients,
@@ -140,6 +141,7 @@ DEVICE_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/v1/preferences", preferences.get_preferences, ["GET"]),
     ("/v1/preferences", preferences.put_preferences, ["PUT"]),
     ("/v1/catalogue", catalogue.get_catalogue, ["GET"]),
+    ("/v1/notifications/unread", notifications.get_unread, ["GET"]),
     ("/v1/webpush/key", registrations.get_webpush_key, ["GET"]),
 ]
 PRODUCER_ROUTES: list[tuple[str, Handler, list[str]]] = [

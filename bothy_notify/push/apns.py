@@ -12,9 +12,24 @@ Requests (SPEC section 10): ``POST /3/device/{token}`` with
 
 - background style: ``apns-push-type: background``, ``apns-priority: 5``,
   ``{"aps": {"content-available": 1}, ...payload}``; or
-- alert style: ``apns-push-type: alert``, ``apns-priority: 10``,
-  ``{"aps": {"alert": {"title": <alert_title>}, "mutable-content": 1,
-  "sound": "default"}, ...payload}`` (no sound when the hint is quiet).
+- alert style: ``apns-push-type: alert``, ``apns-priority`` 5 for a ``low``
+  urgency and 10 otherwise, ``{"aps": {"alert": {"title": <alert_title>,
+  "title-loc-key"?: "BOTHY_<KIND>"}, "mutable-content": 1,
+  "interruption-level": <level>, "sound": "default"}, ...payload}``: the level
+  ``passive``, ``active`` or ``time-sensitive`` for the urgency ``low``,
+  ``normal`` or ``high`` (``[notify.urgency]``), no sound when the hint is
+  quiet, the loc key only with ``title_loc_keys``.
+
+An alert-style push's ``aps.badge`` is its ``badge`` (``push.badge``), so iOS
+sets the icon's badge itself. A background push carries ``badge`` beside ``aps``
+only: Apple allows nothing but ``content-available`` in a background push's
+``aps``, so the app sets the badge when it wakes.
+
+Whatever ``style`` says, a clearing push (:class:`~.port.ReadMessage`) is
+background style, priority 5, collapsed on its thread (it replaces the
+thread's notification), and a quiet period's summary
+(:class:`~.port.SummaryMessage`) is alert style, ``passive``, priority 5,
+without sound.
 
 Answers become outcomes here and nowhere else:
 
@@ -72,6 +87,7 @@ from bothy_notify.push.port import (
     PushMessage,
     Refusal,
     Registrant,
+    SummaryMessage,
     Target,
     TopicDelivery,
     TopicMessage,
@@ -97,6 +113,8 @@ TOKEN_REFRESH = timedelta(minutes=55)
 """A provider JWT is used for this long (Apple accepts 20 to 60 minutes)."""
 RETRY_MINIMUM = timedelta(seconds=1)
 """Earliest retry after a transient APNs failure."""
+INTERRUPTION_LEVELS = {"low": "passive", "normal": "active", "high": "time-sensitive"}
+"""``aps.interruption-level`` of an alert-style push by the kind's urgency."""
 COLLAPSE_ID_MAX = 64
 """APNs refuses an ``apns-collapse-id`` longer than 64 bytes."""
 
@@ -194,6 +212,7 @@ def build(setup: ApnsSetup, clock: Clock) -> ApnsProvider:
         clock=clock,
         style=setup.settings.style,
         alert_title=setup.settings.alert_title,
+        title_loc_keys=setup.settings.title_loc_keys,
         hosts=setup.hosts,
         ca_file=setup.settings.ca_file,
     )
@@ -297,6 +316,7 @@ class ApnsProvider:
         topic: the bundle id (``apns-topic``).
         style: background or alert.
         alert_title: the generic title of alert-style pushes.
+        title_loc_keys: alert style also carries ``title-loc-key`` = ``BOTHY_<KIND>``.
         hosts: base URL per registration environment.
         ca_file: CA bundle for the hosts (empty: the system's CAs).
         clock: the injected clock (provider token age, Retry-After dates).
@@ -315,6 +335,7 @@ class ApnsProvider:
         clock: Clock,
         style: ApnsStyle = ApnsStyle.BACKGROUND,
         alert_title: str = "New activity",
+        title_loc_keys: bool = False,
         hosts: Mapping[str, str] | None = None,
         ca_file: str = "",
         request_bound: float = REQUEST_BOUND,
@@ -322,6 +343,7 @@ class ApnsProvider:
         self._topic = topic
         self._style = style
         self._alert_title = alert_title
+        self._title_loc_keys = title_loc_keys
         self._clock = clock
         self._bound = request_bound
         self.tokens = ProviderTokens(credentials, clock)
@@ -329,7 +351,17 @@ class ApnsProvider:
         ssl_context(ca_file, key="push.apns.ca_file")  # a bad CA file fails here, naming the key
         # One client for both hosts: libcurl keeps exactly one HTTP/2 connection per host.
         self._client = Http2Client(ca_file=ca_file, name="apns")
-        self._fixed = [f"{k}: {v}" for k, v in self.headers(None).items()]
+        # The header lines each (push type, priority) shares, built once.
+        self._fixed = {
+            (push_type, priority): [
+                f"apns-topic: {topic}",
+                f"apns-push-type: {push_type}",
+                f"apns-priority: {priority}",
+                "content-type: application/json",
+            ]
+            for push_type in ("background", "alert")
+            for priority in ("5", "10")
+        }
         self._throttle = LogThrottle()
 
     @classmethod
@@ -343,36 +375,55 @@ class ApnsProvider:
     def __repr__(self) -> str:
         return f"ApnsProvider(style={self._style.value!r})"
 
-    def headers(self, message: Message | None) -> dict[str, str]:
-        """The APNs request headers of ``message`` (without authorization); with
-        ``None``, those every person-mode message of this provider shares.
+    def _alert(self, message: Message) -> bool:
+        """Whether ``message`` goes alert style: a summary always, a hint when the
+        provider's style is alert, a clearing or topic push never."""
+        if isinstance(message, SummaryMessage):
+            return True
+        return isinstance(message, PushMessage) and self._style is ApnsStyle.ALERT
 
-        A topic push is always background (priority 5), whatever ``style`` says,
-        and collapses per topic.
-        """
-        topic_push = isinstance(message, TopicMessage)
-        background = topic_push or self._style is ApnsStyle.BACKGROUND
+    def _type_and_priority(self, message: Message) -> tuple[str, str]:
+        if not self._alert(message):
+            return "background", "5"
+        return "alert", "5" if getattr(message, "urgency", None) == "low" else "10"
+
+    def headers(self, message: Message) -> dict[str, str]:
+        """The APNs request headers of ``message`` (without authorization): its push
+        type and priority (see the module docstring), and its collapse id (the
+        thread, or the topic of a topic push)."""
+        push_type, priority = self._type_and_priority(message)
         out = {
             "apns-topic": self._topic,
-            "apns-push-type": "background" if background else "alert",
-            "apns-priority": "5" if background else "10",
+            "apns-push-type": push_type,
+            "apns-priority": priority,
             "content-type": "application/json",
         }
         if isinstance(message, TopicMessage):
             out["apns-collapse-id"] = message.collapse_id
-        elif message is not None and message.thread_id is not None:
+        elif message.thread_id is not None:
             out["apns-collapse-id"] = collapse_id(message.thread_id)
         return out
 
     def body(self, message: Message) -> bytes:
         """The APNs JSON body: ``aps`` beside the content-free payload."""
         aps: dict[str, Any]
-        if isinstance(message, TopicMessage) or self._style is ApnsStyle.BACKGROUND:
+        if not self._alert(message):
             aps = {"content-available": 1}
         else:
-            aps = {"alert": {"title": self._alert_title}, "mutable-content": 1}
+            alert: dict[str, str] = {"title": self._alert_title}
+            if self._title_loc_keys and isinstance(message, PushMessage | SummaryMessage):
+                alert["title-loc-key"] = "BOTHY_" + message.kind.upper()
+            urgency = getattr(message, "urgency", None) or "normal"
+            aps = {
+                "alert": alert,
+                "mutable-content": 1,
+                "interruption-level": INTERRUPTION_LEVELS.get(urgency, "active"),
+            }
             if isinstance(message, PushMessage) and not message.quiet:
                 aps["sound"] = "default"
+            badge = getattr(message, "badge", None)
+            if badge is not None:
+                aps["badge"] = badge  # iOS sets the app icon's badge (push.badge)
         return orjson.dumps({"aps": aps, **message.payload()})
 
     async def send(self, target: Target, message: Message) -> Outcome:
@@ -390,7 +441,7 @@ class ApnsProvider:
         if isinstance(message, TopicMessage):
             headers = [f"{k}: {v}" for k, v in self.headers(message).items()]
         else:
-            headers = self._fixed
+            headers = self._fixed[self._type_and_priority(message)]
             if message.thread_id is not None:
                 headers = [*headers, f"apns-collapse-id: {collapse_id(message.thread_id)}"]
         content = self.body(message)

@@ -1,9 +1,10 @@
 """The FCM HTTP v1 provider, authenticated as a service account through google-auth.
 
 Requests: ``POST {endpoint}/v1/projects/{project_id}/messages:send`` with a
-cached OAuth2 access token, a data-only message whose every value is a string,
-``android.priority`` HIGH, and for Apple devices the APNs headers
-``apns-priority: 5`` and ``apns-push-type: background`` with
+cached OAuth2 access token, a data-only message whose every value is a string
+(``urgency`` among them, so the app picks its notification channel),
+``android.priority`` NORMAL for a ``low`` urgency and HIGH otherwise, and for
+Apple devices the APNs headers ``apns-priority: 5`` and ``apns-push-type: background`` with
 ``content-available``. The project id and the token endpoint come from the
 service-account JSON; ``push.fcm.ca_file`` is trusted for both the FCM
 endpoint and the token endpoint.
@@ -410,13 +411,15 @@ class FcmProvider:
 
     @staticmethod
     def message(target: Target, message: Message) -> dict[str, Any]:
-        """The v1 request body: data-only, strings only, HIGH on Android, 5 on Apple;
+        """The v1 request body: data-only, strings only, on Android priority NORMAL for
+        a ``low`` urgency (a clearing push, a summary) and HIGH otherwise, 5 on Apple;
         never a collapse key (FCM keeps at most four per device)."""
+        low = getattr(message, "urgency", None) == "low"
         return {
             "message": {
                 "token": target.token,
                 "data": message.string_payload(),
-                "android": {"priority": "HIGH"},
+                "android": {"priority": "NORMAL" if low else "HIGH"},
                 "apns": {
                     "headers": {"apns-priority": "5", "apns-push-type": "background"},
                     "payload": {"aps": {"content-available": 1}},

@@ -3,7 +3,7 @@
 The token endpoint checks the service account's signed JWT assertion (RS256,
 issuer, audience, scope) and issues access tokens. ``messages:send`` checks
 the bearer token and the message the way FCM does (data-only, every data value
-a string, Android priority HIGH, APNs priority 5 background) and answers with
+a string, Android priority HIGH or NORMAL, APNs priority 5 background) and answers with
 HTTP v1 error bodies whose details are typed (``FcmError``,
 ``google.rpc.QuotaFailure``). Answers are scripted per registration token.
 """
@@ -199,8 +199,8 @@ class FakeFcm:
         data = message.get("data")
         if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
             return "data values must all be strings"
-        if message.get("android", {}).get("priority") != "HIGH":
-            return "android.priority is not HIGH"
+        if message.get("android", {}).get("priority") not in ("HIGH", "NORMAL"):
+            return "android.priority is not HIGH or NORMAL"
         apns = message.get("apns", {})
         if apns.get("headers") != {"apns-priority": "5", "apns-push-type": "background"}:
             return "apns headers are not priority 5 background"

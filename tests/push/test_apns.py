@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -11,7 +12,13 @@ import trio
 from bothy_notify.config import ApnsStyle, ConfigError, structure_config
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.apns import ApnsCredentials, ApnsProvider, apns_outcome, collapse_id
-from bothy_notify.push.port import OutcomeKind, PushMessage, Target
+from bothy_notify.push.port import (
+    OutcomeKind,
+    PushMessage,
+    ReadMessage,
+    SummaryMessage,
+    Target,
+)
 from bothy_notify.push.providers import build as build_providers
 from bothy_notify.push.transport import NoAnswer
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
@@ -47,6 +54,7 @@ def provider(
     *,
     style: ApnsStyle = ApnsStyle.BACKGROUND,
     bound: float = 10.0,
+    loc: bool = False,
 ) -> ApnsProvider:
     return ApnsProvider(
         credentials=ApnsCredentials(key.private, KEY_ID, TEAM_ID),
@@ -54,6 +62,7 @@ def provider(
         clock=clock,
         style=style,
         alert_title="New activity",
+        title_loc_keys=loc,
         hosts={"production": fake.url, "sandbox": fake.other_url},
         ca_file=ca_file,
         request_bound=bound,
@@ -100,7 +109,105 @@ async def test_alert_style_sends_the_generic_title_at_priority_10_with_sound(
     assert request.body["aps"] == {
         "alert": {"title": "New activity"},
         "mutable-content": 1,
+        "interruption-level": "active",
         "sound": "default",
+    }
+
+
+@pytest.mark.parametrize(
+    ("urgency", "level", "priority"),
+    [("low", "passive", "5"), ("normal", "active", "10"), ("high", "time-sensitive", "10")],
+)
+async def test_alert_style_maps_the_kinds_urgency_to_interruption_level_and_priority(
+    fake_apns: FakeApns,
+    apns_key: ApnsKey,
+    ca_file: str,
+    now_clock: FakeClock,
+    urgency: str,
+    level: str,
+    priority: str,
+) -> None:
+    apns = provider(fake_apns, apns_key, ca_file, now_clock, style=ApnsStyle.ALERT)
+    await apns.send(target(), replace(MESSAGE, urgency=urgency, badge=3))
+    await apns.aclose()
+
+    (request,) = fake_apns.requests
+    assert request.headers["apns-priority"] == priority
+    assert request.body["aps"]["interruption-level"] == level
+    assert request.body["aps"]["badge"] == 3
+    assert (request.body["urgency"], request.body["badge"]) == (urgency, 3)
+
+
+async def test_background_style_keeps_priority_5_and_no_level_whatever_the_urgency(
+    fake_apns: FakeApns, apns_key: ApnsKey, ca_file: str, now_clock: FakeClock
+) -> None:
+    apns = provider(fake_apns, apns_key, ca_file, now_clock)
+    await apns.send(target(), replace(MESSAGE, urgency="high"))
+    await apns.aclose()
+
+    (request,) = fake_apns.requests
+    assert request.headers["apns-priority"] == "5"
+    assert request.body["aps"] == {"content-available": 1}
+
+
+async def test_title_loc_keys_add_the_kinds_key_beside_the_generic_title(
+    fake_apns: FakeApns, apns_key: ApnsKey, ca_file: str, now_clock: FakeClock
+) -> None:
+    apns = provider(fake_apns, apns_key, ca_file, now_clock, style=ApnsStyle.ALERT, loc=True)
+    await apns.send(target(), replace(MESSAGE, kind="mention"))
+    await apns.aclose()
+
+    (request,) = fake_apns.requests
+    assert request.body["aps"]["alert"] == {
+        "title": "New activity",
+        "title-loc-key": "BOTHY_MENTION",
+    }
+
+
+async def test_a_clearing_push_is_background_priority_5_collapsed_on_its_thread_in_any_style(
+    fake_apns: FakeApns, apns_key: ApnsKey, ca_file: str, now_clock: FakeClock
+) -> None:
+    apns = provider(fake_apns, apns_key, ca_file, now_clock, style=ApnsStyle.ALERT)
+    await apns.send(target(), ReadMessage(thread_id="t1", seq=7, badge=2, urgency="low"))
+    await apns.aclose()
+
+    (request,) = fake_apns.requests
+    assert request.headers["apns-push-type"] == "background"
+    assert request.headers["apns-priority"] == "5"
+    assert request.headers["apns-collapse-id"] == "t1"
+    assert request.body == {
+        "aps": {"content-available": 1},
+        "kind": "read",
+        "thread_id": "t1",
+        "seq": 7,
+        "badge": 2,
+        "urgency": "low",
+    }
+
+
+async def test_a_summary_is_a_passive_alert_without_sound_in_any_style(
+    fake_apns: FakeApns, apns_key: ApnsKey, ca_file: str, now_clock: FakeClock
+) -> None:
+    apns = provider(fake_apns, apns_key, ca_file, now_clock)
+    summary = SummaryMessage(nid=MESSAGE.nid, count=4, badge=5, urgency="low")
+    await apns.send(target(), summary)
+    await apns.aclose()
+
+    (request,) = fake_apns.requests
+    assert request.headers["apns-push-type"] == "alert"
+    assert request.headers["apns-priority"] == "5"
+    assert "apns-collapse-id" not in request.headers
+    assert request.body == {
+        "aps": {
+            "alert": {"title": "New activity"},
+            "mutable-content": 1,
+            "interruption-level": "passive",
+            "badge": 5,
+        },
+        "kind": "summary",
+        "count": 4,
+        "badge": 5,
+        "urgency": "low",
     }
 
 

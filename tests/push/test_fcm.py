@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -13,7 +14,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from bothy_notify.config import ConfigError, structure_config
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.fcm import FcmProvider, StaticAccessTokens, fcm_outcome
-from bothy_notify.push.port import OutcomeKind, PushMessage, Target
+from bothy_notify.push.port import (
+    OutcomeKind,
+    PushMessage,
+    ReadMessage,
+    SummaryMessage,
+    Target,
+)
 from bothy_notify.push.transport import NoAnswer
 from tests.push.fake_fcm import PROJECT, FakeFcm, FcmAnswer, error_body
 
@@ -70,6 +77,35 @@ async def test_200_is_delivered_as_a_data_only_message_of_strings(
     assert message["android"] == {"priority": "HIGH"}
     assert message["apns"]["headers"] == {"apns-priority": "5", "apns-push-type": "background"}
     assert "notification" not in message
+
+
+@pytest.mark.parametrize(
+    ("message", "priority"),
+    [
+        (replace(MESSAGE, urgency="high", badge=4), "HIGH"),
+        (replace(MESSAGE, urgency="normal", badge=4), "HIGH"),
+        (replace(MESSAGE, urgency="low", badge=4), "NORMAL"),
+        (ReadMessage(thread_id="t1", seq=5, badge=4, urgency="low"), "NORMAL"),
+        (SummaryMessage(nid=MESSAGE.nid, count=2, badge=4, urgency="low"), "NORMAL"),
+    ],
+)
+async def test_the_urgency_sets_android_priority_and_travels_as_data_with_the_badge(
+    fake_fcm: FakeFcm,
+    ca_file: str,
+    now_clock: FakeClock,
+    message: PushMessage | ReadMessage | SummaryMessage,
+    priority: str,
+) -> None:
+    provider = fcm(fake_fcm, ca_file, now_clock)
+    await provider.send(target(), message)
+    await provider.aclose()
+
+    (request,) = fake_fcm.requests
+    sent = request.body["message"]
+    assert sent["android"] == {"priority": priority}
+    assert sent["data"]["badge"] == "4"
+    assert sent["data"]["urgency"] == message.urgency
+    assert all(isinstance(v, str) for v in sent["data"].values())
 
 
 BROKEN = b"<html>upstream gone"

@@ -10,6 +10,10 @@ Checks, in one transaction for the whole claimed batch (SPEC section 7):
 4. Release check, only for a delayed push (``release_seq > 0``): the read
    position reached ``release_seq``: skip ``read``. An immediate push reads
    nothing extra, and a delayed push re-evaluates nothing else.
+5. The badge (``push.badge = "unread_threads"``): the unread threads of every
+   person the batch sends to, in one statement for the batch
+   (:func:`bothy_notify.store.unread.badges_of`), so a delayed push carries the
+   count of its moment and a send costs no query of its own.
 
 Then the provider send, outside any transaction. Its outcome becomes the job's
 result here (a transient outcome retries while attempts remain, and the send
@@ -28,7 +32,7 @@ from datetime import datetime, timedelta
 
 import trio
 
-from bothy_notify.config import PushConfig
+from bothy_notify.config import BadgeMode, NotifyConfig, PushConfig
 from bothy_notify.kernel.clock import Clock, from_unix_micros
 from bothy_notify.kernel.metrics import Children, Metrics
 from bothy_notify.kernel.values import fast_init
@@ -42,10 +46,13 @@ from bothy_notify.runner import Defer, Done, JobResult, Report, retry_or_fail
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job
+from bothy_notify.store.unread import badges_of
 
 PERMIT_WAIT = timedelta(seconds=1)
 """How long a send waits for a permit of its provider's channel before the job goes
 back to the queue (a healthy provider frees permits in milliseconds)."""
+_DEFAULT_NOTIFY = NotifyConfig()
+"""Where a handler built without ``urgency_of`` reads each kind's default urgency."""
 _RANDOM = random.Random()  # noqa: S311 - spreading retries, not cryptography
 
 
@@ -54,6 +61,7 @@ _RANDOM = random.Random()  # noqa: S311 - spreading retries, not cryptography
 class _Send:
     args: PushSendArgs
     target: Target
+    badge: int | None = None
 
 
 def hint_age_exceeded(due_at_micros: int, now: datetime, config: PushConfig) -> bool:
@@ -65,6 +73,7 @@ class PushSendHandler:
 
     ``mv`` is the catalogue version the job carries (fixed when the hint was
     decided); ``catalogue_version`` gives it for a job queued without one.
+    ``urgency_of`` gives a kind's urgency (``[notify.urgency]``).
     """
 
     kind = PUSH_SEND
@@ -78,8 +87,10 @@ class PushSendHandler:
         config: PushConfig,
         metrics: Metrics,
         catalogue_version: Callable[[], str | None] = lambda: None,
+        urgency_of: Callable[[str], str] = _DEFAULT_NOTIFY.urgency_of,
     ) -> None:
         self._db = db
+        self._urgency_of = urgency_of
         self._providers = providers
         self._clock = clock
         self._config = config
@@ -159,6 +170,12 @@ class PushSendHandler:
                     expires_at=reg.expires_at,
                 ),
             )
+        if self._config.badge is BadgeMode.UNREAD_THREADS:
+            sending = {p.args.user_id for p in plans.values() if isinstance(p, _Send)}
+            badges = badges_of(conn, sending)
+            for job_id, plan in plans.items():
+                if isinstance(plan, _Send):
+                    plans[job_id] = _Send(plan.args, plan.target, badges.get(plan.args.user_id, 0))
         return plans
 
     async def _send(self, job: Job, plan: _Send, report: Report) -> None:
@@ -172,6 +189,8 @@ class PushSendHandler:
             message_id=a.message_id,
             target_id=a.target_id,
             mv=a.mv if a.mv is not None else self._mv(),
+            badge=plan.badge,
+            urgency=str(self._urgency_of(a.kind)),
         )
         outcome = await self._providers.try_send(
             plan.target, message, permit_wait=PERMIT_WAIT.total_seconds()
