@@ -41,9 +41,17 @@ CPU per push (daemon + PostgreSQL) of each, their ratio, and the cost of the
 RFC 8291 encryption alone (an ephemeral key pair, the ECDH, HKDF and AES-GCM of
 one payload) measured in this process. The stall phase is skipped.
 
+With ``--badge`` each person follows 20 threads, 10 of them unread, and
+``--rounds`` alternations of a daemon with ``push.badge = "off"`` and one with
+``"unread_threads"`` (the count read once per claimed batch) each run ``--jobs``
+pushes: the CPU per push of each (daemon + PostgreSQL), their difference and
+ratio (the target: the badge must not double the CPU per push). The stall phase
+is skipped.
+
 Usage: .venv/bin/python bench/push.py [--fake nginx|python] [--jobs N] [--bare N]
        [--registrations R] [--concurrency C] [--max-in-flight M] [--stall-seconds S]
        [--profile FILE] [--processes N [--rounds R]] [--provider apns|webpush [--rounds R]]
+       [--badge [--rounds R]]
 """
 
 from __future__ import annotations
@@ -138,6 +146,31 @@ def seed(url: str, registrations: int) -> list[tuple[str, str]]:
     return regs
 
 
+BADGE_THREADS = 20
+"""Threads each person follows in ``--badge`` runs, half of them unread: the badge
+query then counts real rows, as it would for a person in a busy workspace."""
+
+
+def seed_unread(url: str, regs: list[tuple[str, str]]) -> None:
+    """Each person follows ``BADGE_THREADS`` threads of five messages, and has read
+    the first half to the end: a badge of ``BADGE_THREADS / 2``."""
+    threads = [f"b{n}" for n in range(BADGE_THREADS)]
+    with psycopg.connect(url) as conn, conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO bothy.threads (thread_id, space_id, last_message_seq)"
+            " VALUES (%s, 'space', 5)",
+            [(t,) for t in threads],
+        )
+        cur.executemany(
+            "INSERT INTO bothy.follows (user_id, thread_id, level) VALUES (%s, %s, 'all')",
+            [(u, t) for _, u in regs for t in threads],
+        )
+        cur.executemany(
+            "INSERT INTO bothy.read_states (user_id, thread_id, last_read_seq) VALUES (%s, %s, 5)",
+            [(u, t) for _, u in regs for t in threads[: BADGE_THREADS // 2]],
+        )
+
+
 def insert_jobs(url: str, regs: list[tuple[str, str]], count: int, start: int) -> float:
     """Insert ``count`` push_send jobs in one transaction; returns the commit time."""
     now = datetime.now(UTC)
@@ -214,8 +247,13 @@ async def pipeline(
     fake: FakeApnsServer,
     pem: str,
     regs: list[tuple[str, str]],
+    *,
+    badge: str = "unread_threads",
+    stall: bool = True,
 ) -> dict[str, Any]:
-    config = structure_config(worker_config(args, fake), env={"BENCH_APNS_KEY": pem})
+    sections = worker_config(args, fake)
+    sections["push"]["badge"] = badge
+    config = structure_config(sections, env={"BENCH_APNS_KEY": pem})
     daemon = Daemon(config, database_url=url)
     postmaster = postgres_pid(url)
     out: dict[str, Any] = {}
@@ -271,6 +309,9 @@ async def pipeline(
             "bothy_push_sends_total", {"provider": "apns", "outcome": "delivered", "app": "default"}
         )
 
+        if not stall:
+            daemon.request_shutdown()
+            return out
         # Stall: the fake holds every request; memory must stay bounded.
         fake.stall()
         try:
@@ -650,6 +691,18 @@ async def main_async(args: argparse.Namespace) -> None:
                     pair = await pipeline_pair(args, url, fake, pem, {"apns": regs, "webpush": web})
                     report_pair(args, pair)
                     return
+                if args.badge:
+                    await trio.to_thread.run_sync(seed_unread, url, regs)
+                    runs = []
+                    for _ in range(args.rounds):
+                        for mode in ("off", "unread_threads"):
+                            figures = await pipeline(
+                                args, url, fake, pem, regs, badge=mode, stall=False
+                            )
+                            runs.append({"badge": mode, **figures})
+                            print(f"  push.badge = {mode}: {per_push_us(figures):.0f} us/push")
+                    report_badge(args, runs)
+                    return
                 bare_figures = await run_client("pycurl", fake, pem, args.bare, args.concurrency)
                 bare = bare_figures["requests_per_s"]
                 print(
@@ -713,6 +766,56 @@ async def main_async(args: argparse.Namespace) -> None:
         daemon_cpu_us_per_push=round(daemon_us, 1),
         postgres_cpu_us_per_push=None if postgres_us is None else round(postgres_us, 1),
         processes=1,
+        fake=args.fake,
+    )
+
+
+def per_push_us(figures: dict[str, Any]) -> float:
+    """CPU per push of one pipeline run: the daemon's and PostgreSQL's."""
+    cpu = figures["cpu"]
+    return float(cpu["own_cpu_us"] + (cpu.get("postgres_cpu_us") or 0.0))
+
+
+def report_badge(args: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
+    """The badge's cost: CPU per push with ``push.badge`` off and on, alternated."""
+
+    def means(mode: str) -> tuple[float, float, float]:
+        group = [r for r in runs if r["badge"] == mode]
+        daemon = sum(r["cpu"]["own_cpu_us"] for r in group) / len(group)
+        postgres = sum(r["cpu"].get("postgres_cpu_us") or 0.0 for r in group) / len(group)
+        rate = sum(r["pushes_per_s"] for r in group) / len(group)
+        return daemon, postgres, rate
+
+    off_daemon, off_pg, off_rate = means("off")
+    on_daemon, on_pg, on_rate = means("unread_threads")
+    off_total, on_total = off_daemon + off_pg, on_daemon + on_pg
+    ratio = on_total / off_total
+    print(
+        f"badge cost ({args.rounds} alternations of {args.jobs} pushes, {BADGE_THREADS} followed"
+        f" threads per person, {BADGE_THREADS // 2} unread):"
+    )
+    print(
+        f"  push.badge = off:            {off_total:.0f} us CPU per push"
+        f" ({off_daemon:.0f} daemon + {off_pg:.0f} PostgreSQL), {off_rate:,.0f} pushes/s"
+    )
+    print(
+        f"  push.badge = unread_threads: {on_total:.0f} us CPU per push"
+        f" ({on_daemon:.0f} daemon + {on_pg:.0f} PostgreSQL), {on_rate:,.0f} pushes/s"
+    )
+    print(f"  ratio with/without the badge: {ratio:.2f} (target: below 2)")
+    print(f"machine: {machine()}")
+    report(
+        "push_badge",
+        cpu_us_per_push_badge_off=round(off_total, 1),
+        cpu_us_per_push_badge_on=round(on_total, 1),
+        postgres_cpu_us_per_push_badge_off=round(off_pg, 1),
+        postgres_cpu_us_per_push_badge_on=round(on_pg, 1),
+        badge_cost_us_per_push=round(on_total - off_total, 1),
+        ratio=round(ratio, 3),
+        pushes_per_s_badge_off=round(off_rate, 1),
+        pushes_per_s_badge_on=round(on_rate, 1),
+        rounds=args.rounds,
+        jobs=args.jobs,
         fake=args.fake,
     )
 
@@ -796,7 +899,14 @@ def main() -> None:
         default="apns",
         help="webpush: Web Push and APNs batches in turn in one daemon (nginx fake)",
     )
+    parser.add_argument(
+        "--badge",
+        action="store_true",
+        help="the badge's cost: --rounds alternations of push.badge off and unread_threads",
+    )
     args = parser.parse_args()
+    if args.badge and (args.provider != "apns" or args.processes is not None):
+        parser.error("--badge measures the in-process APNs pipeline")
     if args.provider == "webpush" and (args.fake != "nginx" or args.processes is not None):
         parser.error("--provider webpush runs against the nginx fake, in one process")
     if args.processes is not None and args.processes < 2:

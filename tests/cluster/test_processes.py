@@ -355,6 +355,12 @@ class Desktop:
         self.user, self.nodes = user, nodes
         self.client: GatewayClient | None = None
         self.live = 0
+        self.attempts: list[str] = []
+        """What became of each connection (close codes, failed attempts): a failure says."""
+
+    def __repr__(self) -> str:
+        ended = None if self.client is None else self.client.ended
+        return f"Desktop(live={self.live}, ended={ended}, last={self.attempts[-8:]})"
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         started = False
@@ -369,6 +375,7 @@ class Desktop:
                         task_status.started()
                     while not client.ended:
                         await trio.sleep(0.02)
+                self.attempts.append(f"closed {client.close_code}")
                 nursery.cancel_scope.cancel()
 
     async def _connect(self, nursery: trio.Nursery) -> GatewayClient:
@@ -379,6 +386,7 @@ class Desktop:
                 try:
                     client = await GatewayClient.connect(nursery, node.gateway)
                 except (OSError, trio_websocket.HandshakeError, trio_websocket.ConnectionClosed):
+                    self.attempts.append("connect failed")
                     continue
                 try:
                     await identify(client, device_token(self.user, f"{self.user}-desktop", "macos"))
@@ -434,7 +442,11 @@ async def test_a_rolling_restart_under_steady_load_loses_and_duplicates_nothing(
     async def both_back() -> bool:
         return all(d.live >= 2 and d.client is not None and not d.client.ended for d in (alex, sam))
 
-    await until(both_back, "both desktops live again after the restarts")
+    # A restarted node serves in seconds; the bound leaves room for a loaded CI machine.
+    try:
+        await until(both_back, "both desktops live again after the restarts", 60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {alex!r}, {sam!r}") from None
     sent = load.sent + 1
     await c.outbox(message(sent))
     for desktop in (alex, sam):
