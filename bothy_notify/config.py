@@ -730,6 +730,21 @@ class PushConfig:
             " time) or off (no badge)"
         ),
     )
+    clear_on_read: bool = field(
+        default=True,
+        metadata=_meta(
+            "a read moving forward sends a content-free read push to the person's other"
+            " registrations that were pushed for the thread"
+        ),
+    )
+    clear_delay: timedelta = field(
+        default=_d("2s"),
+        metadata=_meta(
+            "wait after a read before its read push (a burst of reads sends one)",
+            min=0,
+            max=3_600,
+        ),
+    )
     apns: ApnsConfig | None = field(default=None, metadata=_meta("APNs provider block"))
     fcm: FcmConfig | None = field(default=None, metadata=_meta("FCM provider block"))
     webhook: WebhookConfig | None = field(default=None, metadata=_meta("webhook provider block"))

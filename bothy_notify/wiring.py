@@ -65,6 +65,7 @@ from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.jobs.flush import FlushHandler
 from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler, LocalGatewayHints
+from bothy_notify.notify.jobs.push_clear import PushClearHandler
 from bothy_notify.notify.jobs.push_send import PushSendHandler
 from bothy_notify.notify.kinds_dir import LiveCatalogue
 from bothy_notify.notify.planner import RoundOutcome
@@ -567,6 +568,14 @@ class Daemon:
                 config=config.push,
                 metrics=metrics,
                 catalogue_version=version,
+                urgency_of=config.notify.urgency_of,
+            ),
+            PushClearHandler(
+                db=db,
+                providers=providers,
+                clock=clock,
+                config=config.push,
+                metrics=metrics,
                 urgency_of=config.notify.urgency_of,
             ),
             gateway_send,

@@ -14,6 +14,7 @@ from bothy_notify.auth import DeviceClaims
 from bothy_notify.store import people, projections
 from bothy_notify.store.access import may_read, readable_threads
 from bothy_notify.store.db import Conn
+from bothy_notify.store.marks import Clearing
 from bothy_notify.store.people import inactive_among
 from bothy_notify.store.unread import unread_threads_of
 
@@ -60,7 +61,9 @@ def unread_threads(conn: Conn, user_id: str) -> list[tuple[str, int]]:
     return unread_threads_of(conn, [user_id]).get(user_id, [])
 
 
-def mark_read(conn: Conn, *, user_id: str, thread_id: str, seq: int) -> int:
+def mark_read(
+    conn: Conn, *, user_id: str, thread_id: str, seq: int, clearing: Clearing | None = None
+) -> int:
     """Move the read position forward if the person may read the thread; the stored
     ``last_read_seq`` either way (0 when none is stored).
 
@@ -69,7 +72,8 @@ def mark_read(conn: Conn, *, user_id: str, thread_id: str, seq: int) -> int:
     never shows.
     """
     if may_read(conn, user_id=user_id, thread_id=thread_id):
-        return projections.mark_read(conn, {"user_id": user_id, "thread_id": thread_id, "seq": seq})
+        position = {"user_id": user_id, "thread_id": thread_id, "seq": seq}
+        return projections.mark_read(conn, position, clearing)
     row = conn.execute(
         "SELECT last_read_seq FROM bothy.read_states WHERE user_id = %s AND thread_id = %s",
         (user_id, thread_id),

@@ -24,13 +24,15 @@ from typing import Any
 import trio
 
 from bothy_notify.auth import TokenVerifier
-from bothy_notify.config import Config
+from bothy_notify.config import Config, PushConfig
 from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceView
 from bothy_notify.kernel.supervise import Supervised
+from bothy_notify.store import marks
 from bothy_notify.store.db import Database
+from bothy_notify.store.marks import Clearing
 from gateway.expiry import ExpiryWatch
 from gateway.hub import Hub
 from gateway.identifies import IdentifyBatches
@@ -143,6 +145,7 @@ class Gateway:
             cooldowns=Cooldowns(),
             rate_limited=metrics.gateway_rate_limited.inc,
             presence_published=self.shared.wait_published if self.shared else None,
+            clearing=partial(_clearing, config.push, clock or SystemClock()),
         )
         self._revocations = RevocationListener(
             database_url=database_url,
@@ -241,3 +244,8 @@ def build_gateway(
         clock=clock,
         reuse_port=reuse_port,
     )
+
+
+def _clearing(config: PushConfig, clock: Clock, device_id: str) -> Clearing | None:
+    """How a ``read`` op of ``device_id`` queues its clears, now."""
+    return marks.clearing_of(config, clock.now(), device_id)

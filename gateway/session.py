@@ -52,6 +52,7 @@ from prometheus_client import Histogram
 
 from bothy_notify.auth import AuthError, DeviceClaims, TokenVerifier
 from bothy_notify.store.db import Database, StoreError
+from bothy_notify.store.marks import Clearing
 from gateway import queries
 from gateway.connection import Connection, Outbound
 from gateway.errors import (
@@ -233,6 +234,9 @@ class SessionContext:
     cooldowns: Cooldowns
     rate_limited: Callable[[], None]
     presence_published: Callable[[], Awaitable[None]] | None = None
+    clearing: Callable[[str], Clearing | None] = lambda device_id: None
+    """How a ``read`` op of a device queues its clears (``push.clear_on_read``);
+    ``None``: it queues none."""
 
 
 async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: SessionContext) -> None:
@@ -374,7 +378,13 @@ async def _read(op: Read, conn: Connection, ctx: SessionContext) -> None:
     """Store the position when the person may read the thread; ``read.ack`` carries
     the stored position either way (unchanged for a thread they cannot read)."""
     stored = await ctx.db.run(
-        partial(queries.mark_read, user_id=conn.user_id, thread_id=op.thread_id, seq=op.seq)
+        partial(
+            queries.mark_read,
+            user_id=conn.user_id,
+            thread_id=op.thread_id,
+            seq=op.seq,
+            clearing=ctx.clearing(conn.device_id),
+        )
     )
     await conn.put(read_ack_frame(op.thread_id, stored))
 

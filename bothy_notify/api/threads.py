@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 
 from bothy_notify.api.context import ApiContext, device_claims, read_json
 from bothy_notify.api.errors import invalid, only_field, thread_not_found
-from bothy_notify.store import access, projections
+from bothy_notify.store import access, marks, projections
 from bothy_notify.store.db import Conn
 
 MAX_SEQ = 9_007_199_254_740_991
@@ -37,16 +37,19 @@ async def put_read(ctx: ApiContext, request: Request) -> JSONResponse:
     if type(seq) is not int or not 0 <= seq <= MAX_SEQ:
         raise invalid("seq", "expected an integer from 0")
     position = {"user_id": claims.user_id, "thread_id": thread_id, "seq": seq}
-    stored = await ctx.db.run(partial(_mark_read_if_readable, position=position))
+    clearing = marks.clearing_of(ctx.config.push, ctx.clock.now(), claims.device_id)
+    stored = await ctx.db.run(partial(_mark_read_if_readable, position=position, clearing=clearing))
     if stored is None:
         raise thread_not_found()
     return JSONResponse({"thread_id": thread_id, "last_read_seq": stored})
 
 
-def _mark_read_if_readable(conn: Conn, *, position: dict[str, Any]) -> int | None:
+def _mark_read_if_readable(
+    conn: Conn, *, position: dict[str, Any], clearing: marks.Clearing | None
+) -> int | None:
     """The stored position after moving it, or ``None`` (nothing stored) when the
     thread is not readable by the person."""
     user_id, thread_id = position["user_id"], position["thread_id"]
     if not access.may_read(conn, user_id=user_id, thread_id=thread_id):
         return None
-    return projections.mark_read(conn, position)
+    return projections.mark_read(conn, position, clearing)

@@ -58,7 +58,13 @@ from bothy_notify.store import idempotency
 from bothy_notify.store.db import Conn
 from bothy_notify.store.events import Event
 from bothy_notify.store.jobs import JobSpec, JobWriter
-from bothy_notify.store.projections import PROJECTIONS, record_messages, upsert_device
+from bothy_notify.store.marks import clearing_of
+from bothy_notify.store.projections import (
+    PROJECTIONS,
+    mark_read,
+    record_messages,
+    upsert_device,
+)
 from bothy_notify.topics.dispatch import ENVELOPE_PUBLISHED, TopicsOutcome
 from bothy_notify.topics.dispatch import dispatch as dispatch_envelopes
 
@@ -372,6 +378,8 @@ class RoundPlanner:
             self.outcome.registrations_invalidated += change.invalidated
             if p["state"] == "pending" and change.before != "pending":
                 request = security_hint(p)
+        elif event.type == "thread.read":
+            mark_read(self.conn, p, clearing_of(self.config.push, self.decider.now))
         else:
             projection_of(event.type)(self.conn, p)
             if event.type == "access.expiring":

@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bothy_notify.store import marks
 from bothy_notify.store.db import Conn
+from bothy_notify.store.marks import Clearing
 
 Payload = Mapping[str, Any]
 
@@ -117,14 +119,29 @@ def set_follow(conn: Conn, p: Payload) -> None:
     )
 
 
-def mark_read(conn: Conn, p: Payload) -> int:
-    """Move the read position forward (never back); return the stored ``last_read_seq``."""
+def mark_read(conn: Conn, p: Payload, clearing: Clearing | None = None) -> int:
+    """Move the read position forward (never back); return the stored ``last_read_seq``.
+
+    Every path writes the position here (the ``thread.read`` event, the gateway's
+    ``read`` op, ``PUT /v1/threads/{id}/read``). When it moves forward and
+    ``clearing`` is given (``push.clear_on_read``), the person's marked
+    registrations but the reading device's get their clear queued
+    (:func:`bothy_notify.store.marks.queue_clears`).
+    """
+    key = (p["user_id"], p["thread_id"])
     row = conn.execute(
         "INSERT INTO bothy.read_states (user_id, thread_id, last_read_seq) VALUES (%s, %s, %s)"
-        " ON CONFLICT (user_id, thread_id) DO UPDATE"
-        " SET last_read_seq = greatest(bothy.read_states.last_read_seq, EXCLUDED.last_read_seq)"
+        " ON CONFLICT (user_id, thread_id) DO UPDATE SET last_read_seq = EXCLUDED.last_read_seq"
+        " WHERE bothy.read_states.last_read_seq < EXCLUDED.last_read_seq"
         " RETURNING last_read_seq",
-        (p["user_id"], p["thread_id"], p["seq"]),
+        (*key, p["seq"]),
+    ).fetchone()
+    if row is not None:
+        if clearing is not None:
+            marks.queue_clears(conn, *key, clearing)
+        return int(row[0])
+    row = conn.execute(
+        "SELECT last_read_seq FROM bothy.read_states WHERE user_id = %s AND thread_id = %s", key
     ).fetchone()
     assert row is not None
     return int(row[0])

@@ -17,10 +17,12 @@ from dataclasses import dataclass, fields
 from typing import Any, Self
 
 from bothy_notify.kernel.values import fast_init
+from bothy_notify.store import marks
 
 PUSH_SEND = "notify.push_send"
 GATEWAY_SEND = "notify.gateway_send"
 FLUSH = "notify.flush"
+PUSH_CLEAR = marks.PUSH_CLEAR
 
 
 class _Args:
@@ -101,3 +103,13 @@ class FlushArgs(_Args):
     user_id: str
     thread_id: str
     opened_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class PushClearArgs(_Args):
+    """``notify.push_clear``: the read push of one (registration, thread), queued by
+    :func:`bothy_notify.store.marks.queue_clears` with these args."""
+
+    user_id: str
+    registration_id: str
+    thread_id: str

@@ -19,7 +19,10 @@ Then the provider send, outside any transaction. Its outcome becomes the job's
 result here (a transient outcome retries while attempts remain, and the send
 fails after the last one), and its effect on the registration comes from the
 token lifecycle (:mod:`bothy_notify.notify.lifecycle`), committed together with
-the result.
+the result. A delivered hint about a thread also marks (registration, thread) in
+that commit, for clear-on-read (:mod:`bothy_notify.store.marks`,
+:mod:`bothy_notify.notify.jobs.push_clear`). :class:`Sending` is the send and its
+result, shared with ``notify.push_clear``.
 """
 
 from __future__ import annotations
@@ -40,9 +43,10 @@ from bothy_notify.notify import facts
 from bothy_notify.notify.domain import SkipReason, release_delayed
 from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs
 from bothy_notify.notify.lifecycle import TokenLifecycle, send_outcome
-from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Target
+from bothy_notify.push.port import Message, Outcome, OutcomeKind, PushMessage, Target
 from bothy_notify.push.registry import Providers
-from bothy_notify.runner import Defer, Done, JobResult, Report, retry_or_fail
+from bothy_notify.runner import BatchedEffect, Defer, Done, JobResult, Report, retry_or_fail
+from bothy_notify.store import marks
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job
@@ -66,6 +70,75 @@ class _Send:
 
 def hint_age_exceeded(due_at_micros: int, now: datetime, config: PushConfig) -> bool:
     return now - from_unix_micros(due_at_micros) > config.max_age
+
+
+class Sending:
+    """One provider send and its job result, the same for every push job
+    (``notify.push_send``, ``notify.push_clear``): the send through
+    :meth:`Providers.try_send`, a busy provider deferring the job, the send metric,
+    the rejection log, and the result with the token lifecycle's effect."""
+
+    def __init__(self, *, providers: Providers, config: PushConfig, metrics: Metrics) -> None:
+        self._providers = providers
+        self._sends = Children(metrics.push_sends)
+        self.lifecycle = TokenLifecycle(config=config, metrics=metrics)
+
+    def __repr__(self) -> str:
+        return "Sending()"
+
+    async def send(
+        self, job: Job, target: Target, message: Message, report: Report
+    ) -> Outcome | None:
+        """The outcome of sending ``message``, or ``None`` once the job is deferred
+        (the provider is stalled and all its permits are taken)."""
+        outcome = await self._providers.try_send(
+            target, message, permit_wait=PERMIT_WAIT.total_seconds()
+        )
+        if outcome is None:
+            # Give the runner slot back so other providers' sends are not held up.
+            after = PERMIT_WAIT * (1 + _RANDOM.random())
+            await report(job, Defer(after, "provider_busy"))
+            return None
+        last_attempt = job.attempt >= job.max_attempts
+        self._sends(
+            target.provider,
+            send_outcome(outcome, last_attempt=last_attempt),
+            self._providers.app_label(target),
+        ).inc()
+        self.lifecycle.explain(target.provider, outcome)
+        return outcome
+
+    def result_for(
+        self,
+        job: Job,
+        target: Target,
+        outcome: Outcome,
+        delivered: BatchedEffect | None = None,
+    ) -> JobResult:
+        """The job result of one outcome, carrying its registration effect
+        (``delivered`` replaces the lifecycle's for a delivery: it must apply that
+        too: :func:`~bothy_notify.store.registrations.mark_delivered_many`).
+
+        A transient outcome retries while attempts remain (no sooner than the
+        provider's minimum); after the last attempt the send has failed and the job
+        fails. Every other outcome finishes the job.
+        """
+        last_attempt = job.attempt >= job.max_attempts
+        effect = self.lifecycle.effect(
+            target.registration_id, target.provider, outcome, last_attempt=last_attempt
+        )
+        if outcome.kind is OutcomeKind.TRANSIENT:
+            return retry_or_fail(job, outcome.reason or "transient", outcome.retry_after, effect)
+        if outcome.kind is OutcomeKind.DELIVERED and delivered is not None:
+            effect = delivered
+        return Done(outcome.kind.value, effect)
+
+
+def _delivered_marked(conn: Conn, items: list[tuple[str, str, str]], now: datetime) -> None:
+    """Deliveries of hints about threads: the lifecycle's effect, and each
+    (registration, thread) marked for clear-on-read (:mod:`bothy_notify.store.marks`)."""
+    regs.mark_delivered_many(conn, [(r, p) for r, p, _t in items], now)
+    marks.record_many(conn, [(r, t) for r, _p, t in items], now)
 
 
 class PushSendHandler:
@@ -96,9 +169,9 @@ class PushSendHandler:
         self._config = config
         self._metrics = metrics
         self._mv = catalogue_version
-        self._sends = Children(metrics.push_sends)
         self._delivery = Children(metrics.delivery_seconds)
-        self.lifecycle = TokenLifecycle(config=config, metrics=metrics)
+        self.sending = Sending(providers=providers, config=config, metrics=metrics)
+        self.lifecycle = self.sending.lifecycle
 
     def __repr__(self) -> str:
         return "PushSendHandler()"
@@ -192,39 +265,21 @@ class PushSendHandler:
             badge=plan.badge,
             urgency=str(self._urgency_of(a.kind)),
         )
-        outcome = await self._providers.try_send(
-            plan.target, message, permit_wait=PERMIT_WAIT.total_seconds()
-        )
+        outcome = await self.sending.send(job, plan.target, message, report)
         if outcome is None:
-            # The provider is stalled and all its permits are taken: give the runner
-            # slot back so other providers' sends are not held up behind this one.
-            after = PERMIT_WAIT * (1 + _RANDOM.random())
-            await report(job, Defer(after, "provider_busy"))
             return
-        last_attempt = job.attempt >= job.max_attempts
-        self._sends(
-            plan.target.provider,
-            send_outcome(outcome, last_attempt=last_attempt),
-            self._providers.app_label(plan.target),
-        ).inc()
-        self.lifecycle.explain(plan.target.provider, outcome)
         if outcome.kind is not OutcomeKind.TRANSIENT:
             route = "push_delayed" if a.release_seq > 0 else "push"
             self._delivery(route).observe(max(0.0, time.time() - a.appended_at / 1_000_000))
         await report(job, self.result_for(job, plan, outcome))
 
     def result_for(self, job: Job, plan: _Send, outcome: Outcome) -> JobResult:
-        """The job result of one outcome, carrying its registration effect.
-
-        A transient outcome retries while attempts remain (no sooner than the
-        provider's minimum); after the last attempt the send has failed and the job
-        fails. Every other outcome finishes the job.
-        """
+        """The job result of one outcome (:meth:`Sending.result_for`); a delivered
+        hint about a thread also marks the registration for clear-on-read."""
         target = plan.target
-        last_attempt = job.attempt >= job.max_attempts
-        effect = self.lifecycle.effect(
-            target.registration_id, target.provider, outcome, last_attempt=last_attempt
-        )
-        if outcome.kind is OutcomeKind.TRANSIENT:
-            return retry_or_fail(job, outcome.reason or "transient", outcome.retry_after, effect)
-        return Done(outcome.kind.value, effect)
+        delivered = None
+        if plan.args.thread_id is not None:
+            delivered = BatchedEffect(
+                _delivered_marked, (target.registration_id, target.provider, plan.args.thread_id)
+            )
+        return self.sending.result_for(job, target, outcome, delivered)
