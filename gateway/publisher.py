@@ -12,7 +12,9 @@ Admission (SPEC section 8, point 5), checked for every frame:
 - ``resource.kind = user``: only when the resource is the audience itself (a
   hint without a thread reaches that person alone);
 - a hint is never sent to the device it is about (``payload.target_id``), so
-  a device waiting for approval is not told about itself.
+  a device waiting for approval is not told about itself;
+- an event is never sent to the device that caused it (``not_device``: the
+  reader of a ``read.updated``).
 
 Frames are offered to each connection's bounded queue without waiting: a full
 queue drops the frame for that connection and counts it
@@ -42,6 +44,8 @@ def admits(event: EphemeralEvent, conn: Connection) -> bool:
     if not conn.human or conn.user_id != event.audience:
         return False
     if event.payload.get("target_id") == conn.device_id:
+        return False
+    if event.not_device is not None and event.not_device == conn.device_id:
         return False
     if event.resource_kind == RESOURCE_USER:
         return event.resource_id == event.audience

@@ -62,7 +62,13 @@ def unread_threads(conn: Conn, user_id: str) -> list[tuple[str, int]]:
 
 
 def mark_read(
-    conn: Conn, *, user_id: str, thread_id: str, seq: int, clearing: Clearing | None = None
+    conn: Conn,
+    *,
+    user_id: str,
+    thread_id: str,
+    seq: int,
+    device_id: str | None = None,
+    clearing: Clearing | None = None,
 ) -> int:
     """Move the read position forward if the person may read the thread; the stored
     ``last_read_seq`` either way (0 when none is stored).
@@ -72,7 +78,7 @@ def mark_read(
     never shows.
     """
     if may_read(conn, user_id=user_id, thread_id=thread_id):
-        position = {"user_id": user_id, "thread_id": thread_id, "seq": seq}
+        position = {"user_id": user_id, "thread_id": thread_id, "seq": seq, "device_id": device_id}
         return projections.mark_read(conn, position, clearing)
     row = conn.execute(
         "SELECT last_read_seq FROM bothy.read_states WHERE user_id = %s AND thread_id = %s",

@@ -40,6 +40,7 @@ from gateway.limits import Cooldowns, PendingConnections
 from gateway.presence import HubPresence
 from gateway.protocol import SHUTDOWN, Close, CloseCode
 from gateway.publisher import HubPublisher
+from gateway.reads import ReadListener
 from gateway.revocations import RevocationListener
 from gateway.session import QueueWriter, SessionContext, SessionSettings, serve_session
 from gateway.shared_presence import SharedPresencePublisher
@@ -153,10 +154,20 @@ class Gateway:
             retry_interval=config.notify.poll_interval,
             node_id=node_id,
         )
+        self._reads = ReadListener(
+            database_url=database_url,
+            hub=self.hub,
+            db=db,
+            publisher=self.publisher,
+            clock=clock or SystemClock(),
+            badge=config.push.badge,
+            retry_interval=config.notify.poll_interval,
+        )
         # Each long-running task of the gateway is restarted with backoff should it ever
         # fail, without taking the gateway (or the node) down; /readyz reports each.
         self._services = [
             Supervised("revocations", self._revocations.run, metrics=metrics),
+            Supervised("reads", self._reads.run, metrics=metrics),
             Supervised("expiry", self._expiry.run, metrics=metrics),
             Supervised("timeouts", self._timeouts.run, metrics=metrics),
             Supervised("identify", self._identifies.run, metrics=metrics),
@@ -246,6 +257,6 @@ def build_gateway(
     )
 
 
-def _clearing(config: PushConfig, clock: Clock, device_id: str) -> Clearing | None:
-    """How a ``read`` op of ``device_id`` queues its clears, now."""
-    return marks.clearing_of(config, clock.now(), device_id)
+def _clearing(config: PushConfig, clock: Clock) -> Clearing | None:
+    """How a ``read`` op queues its clears, now."""
+    return marks.clearing_of(config, clock.now())

@@ -234,9 +234,9 @@ class SessionContext:
     cooldowns: Cooldowns
     rate_limited: Callable[[], None]
     presence_published: Callable[[], Awaitable[None]] | None = None
-    clearing: Callable[[str], Clearing | None] = lambda device_id: None
-    """How a ``read`` op of a device queues its clears (``push.clear_on_read``);
-    ``None``: it queues none."""
+    clearing: Callable[[], Clearing | None] = lambda: None
+    """How a ``read`` op queues its clears now (``push.clear_on_read``); ``None``:
+    it queues none."""
 
 
 async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: SessionContext) -> None:
@@ -383,7 +383,8 @@ async def _read(op: Read, conn: Connection, ctx: SessionContext) -> None:
             user_id=conn.user_id,
             thread_id=op.thread_id,
             seq=op.seq,
-            clearing=ctx.clearing(conn.device_id),
+            device_id=conn.device_id,
+            clearing=ctx.clearing(),
         )
     )
     await conn.put(read_ack_frame(op.thread_id, stored))

@@ -36,8 +36,13 @@ async def put_read(ctx: ApiContext, request: Request) -> JSONResponse:
     seq = only_field(body, "seq")
     if type(seq) is not int or not 0 <= seq <= MAX_SEQ:
         raise invalid("seq", "expected an integer from 0")
-    position = {"user_id": claims.user_id, "thread_id": thread_id, "seq": seq}
-    clearing = marks.clearing_of(ctx.config.push, ctx.clock.now(), claims.device_id)
+    position = {
+        "user_id": claims.user_id,
+        "thread_id": thread_id,
+        "seq": seq,
+        "device_id": claims.device_id,
+    }
+    clearing = marks.clearing_of(ctx.config.push, ctx.clock.now())
     stored = await ctx.db.run(partial(_mark_read_if_readable, position=position, clearing=clearing))
     if stored is None:
         raise thread_not_found()

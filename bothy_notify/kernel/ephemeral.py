@@ -27,6 +27,7 @@ class EphemeralEvent:
         payload: the content-free payload (IDs, kind, count, quiet).
         appended_at: when the event that caused it was appended, for the
             delivery-latency metric; never sent.
+        not_device: see below.
     """
 
     type: str
@@ -38,6 +39,9 @@ class EphemeralEvent:
     scope: dict[str, str] = field(default_factory=dict)
     payload: dict[str, Any] = field(default_factory=dict)
     appended_at: datetime | None = None
+    not_device: str | None = None
+    """A device whose connection does not get the event (the one that caused it);
+    never sent."""
 
     def to_frame(self) -> dict[str, Any]:
         """The JSON object sent on the wire; absent members are omitted, never null."""

@@ -29,24 +29,22 @@ PUSH_CLEAR = "notify.push_clear"
 @dataclass(frozen=True, slots=True)
 class Clearing:
     """How a read queues its clears: ``now`` (the clock's), ``delay``
-    (``push.clear_delay``), the job's ``max_attempts``, and the reading device
-    (``None``: unknown, the ``thread.read`` event), whose registrations get none."""
+    (``push.clear_delay``) and the job's ``max_attempts``."""
 
     now: datetime
     delay: timedelta
     max_attempts: int
-    device_id: str | None = None
 
     def __repr__(self) -> str:
         return f"Clearing(delay={self.delay!r})"
 
 
-def clearing_of(config: PushConfig, now: datetime, device_id: str | None = None) -> Clearing | None:
+def clearing_of(config: PushConfig, now: datetime) -> Clearing | None:
     """How a read at ``now`` queues its clears (``push.clear_on_read``,
     ``push.clear_delay``); ``None`` when clear-on-read is off."""
     if not config.clear_on_read:
         return None
-    return Clearing(now, config.clear_delay, config.max_attempts, device_id)
+    return Clearing(now, config.clear_delay, config.max_attempts)
 
 
 def record_many(conn: Conn, items: list[tuple[str, str]], now: datetime) -> None:
@@ -64,15 +62,18 @@ def record_many(conn: Conn, items: list[tuple[str, str]], now: datetime) -> None
     )
 
 
-def queue_clears(conn: Conn, user_id: str, thread_id: str, clearing: Clearing) -> int:
+def queue_clears(
+    conn: Conn, user_id: str, thread_id: str, clearing: Clearing, device_id: str | None
+) -> int:
     """Queue one ``notify.push_clear`` per marked active registration of the person
-    for the thread with none pending, but the reading device's; returns how many."""
+    for the thread with none pending, but the reading device's (``device_id``;
+    ``None``: unknown, the ``thread.read`` event); returns how many."""
     rows = conn.execute(
         "UPDATE bothy.push_marks m SET clear_pending = true FROM bothy.push_registrations r"
         " WHERE m.user_id = %s AND m.thread_id = %s AND NOT m.clear_pending"
         " AND r.id = m.registration_id AND r.invalidated_at IS NULL"
         " AND r.device_id IS DISTINCT FROM %s RETURNING m.registration_id",
-        (user_id, thread_id, clearing.device_id),
+        (user_id, thread_id, device_id),
     ).fetchall()
     if not rows:
         return 0

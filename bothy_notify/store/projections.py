@@ -119,14 +119,21 @@ def set_follow(conn: Conn, p: Payload) -> None:
     )
 
 
+READ_UPDATED_CHANNEL = "bothy_read_updated"
+"""``NOTIFY`` channel of a read position moved forward; the payload is JSON
+``{"user_id", "thread_id", "seq", "device_id"?}`` (IDs and an integer), read by
+``gateway.reads`` (the ``read.updated`` frame)."""
+
+
 def mark_read(conn: Conn, p: Payload, clearing: Clearing | None = None) -> int:
     """Move the read position forward (never back); return the stored ``last_read_seq``.
 
     Every path writes the position here (the ``thread.read`` event, the gateway's
-    ``read`` op, ``PUT /v1/threads/{id}/read``). When it moves forward and
-    ``clearing`` is given (``push.clear_on_read``), the person's marked
-    registrations but the reading device's get their clear queued
-    (:func:`bothy_notify.store.marks.queue_clears`).
+    ``read`` op and ``PUT /v1/threads/{id}/read``, which give the reading device as
+    ``p["device_id"]``). When it moves forward: with ``clearing``
+    (``push.clear_on_read``), the person's marked registrations but the reading
+    device's get their clear queued (:func:`bothy_notify.store.marks.queue_clears`),
+    and every gateway is told on :data:`READ_UPDATED_CHANNEL` at commit.
     """
     key = (p["user_id"], p["thread_id"])
     row = conn.execute(
@@ -137,8 +144,16 @@ def mark_read(conn: Conn, p: Payload, clearing: Clearing | None = None) -> int:
         (*key, p["seq"]),
     ).fetchone()
     if row is not None:
+        device_id = p.get("device_id")
         if clearing is not None:
-            marks.queue_clears(conn, *key, clearing)
+            marks.queue_clears(conn, *key, clearing, device_id)
+        note = {"user_id": key[0], "thread_id": key[1], "seq": int(row[0])}
+        if device_id is not None:
+            note["device_id"] = device_id
+        conn.execute(
+            "SELECT pg_notify(%s, %s)",
+            (READ_UPDATED_CHANNEL, json.dumps(note, separators=(",", ":"))),
+        )
         return int(row[0])
     row = conn.execute(
         "SELECT last_read_seq FROM bothy.read_states WHERE user_id = %s AND thread_id = %s", key
