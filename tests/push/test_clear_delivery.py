@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from bothy_notify.config import ApnsStyle
 from bothy_notify.kernel.clock import FakeClock
-from bothy_notify.push.apns import ApnsCredentials, ApnsProvider, ApnsStyle, collapse_id
+from bothy_notify.push.apns import ApnsCredentials, ApnsProvider, collapse_id
 from tests.harness import Launch, device_token, ev, make_config
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
 from tests.push.fake_apns import FakeApns
