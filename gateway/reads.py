@@ -151,6 +151,7 @@ class ReadListener:
                     audience=u.user_id,
                     resource_kind="thread",
                     resource_id=u.thread_id,
+                    scope=None,
                     payload=payload,
                     not_device=u.device_id,
                 )

@@ -23,7 +23,8 @@ class EphemeralEvent:
         audience: the person the event is for.
         resource_kind: ``thread`` or ``user``; admission depends on it.
         resource_id: the thread ID, or the audience's user ID.
-        scope: the thread's current place (space, channel, thread); empty for ``user``.
+        scope: the thread's current place (space, channel, thread); empty for ``user``;
+            ``None``: the frame has no ``scope`` member (``read.updated``).
         payload: the content-free payload (IDs, kind, count, quiet).
         appended_at: when the event that caused it was appended, for the
             delivery-latency metric; never sent.
@@ -36,7 +37,7 @@ class EphemeralEvent:
     audience: str
     resource_kind: str
     resource_id: str
-    scope: dict[str, str] = field(default_factory=dict)
+    scope: dict[str, str] | None = field(default_factory=dict)
     payload: dict[str, Any] = field(default_factory=dict)
     appended_at: datetime | None = None
     not_device: str | None = None
@@ -45,15 +46,17 @@ class EphemeralEvent:
 
     def to_frame(self) -> dict[str, Any]:
         """The JSON object sent on the wire; absent members are omitted, never null."""
-        return {
+        frame: dict[str, Any] = {
             "type": self.type,
             "id": self.id,
             "occurred_at": self.occurred_at.isoformat().replace("+00:00", "Z"),
             "audience": self.audience,
             "resource": {"kind": self.resource_kind, "id": self.resource_id},
-            "scope": dict(self.scope),
-            "payload": {k: v for k, v in self.payload.items() if v is not None},
         }
+        if self.scope is not None:
+            frame["scope"] = dict(self.scope)
+        frame["payload"] = {k: v for k, v in self.payload.items() if v is not None}
+        return frame
 
 
 class EphemeralPublisher(Protocol):

@@ -39,6 +39,7 @@ async def test_a_read_op_reaches_the_other_connection_with_the_stored_position_a
     await desktop.read("t1", 2)
     frame = await updated(laptop)
 
+    assert set(frame) == {"type", "id", "occurred_at", "audience", "resource", "payload"}
     assert frame["audience"] == "alex"
     assert frame["resource"] == {"kind": "thread", "id": "t1"}
     assert frame["payload"] == {"thread_id": "t1", "seq": 2, "badge": 0}
