@@ -10,7 +10,10 @@ timeline a newcomer can follow:
    the desktop delay, the desktop reads the message, the push is dropped;
 3. not read: the phone's push goes out after the delay, with the desktop
    hint's ``nid``;
-4. the desktop is gone: the phone's push goes out at once.
+4. the desktop is gone: the phone's push goes out at once;
+5. clear-on-read: the desktop comes back and reads, and the phone, which was
+   pushed for the thread, gets one content-free ``read`` push after
+   ``push.clear_delay`` to drop its notification.
 
 It runs on the real clock with the short delay given on the command line
 (``--delay``, default 3s) and uses the fake push provider, so it needs no
@@ -55,6 +58,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 STEP_TIMEOUT = 15.0
 """Seconds any single step may take beyond the delay before the demo gives up."""
+
+CLEAR_DELAY = timedelta(seconds=1)
+"""``push.clear_delay`` of the demo: the wait between a read and its ``read`` push."""
 
 PHONE_TOKEN = "demo-phone-token"  # noqa: S105 - a fake provider token, not a credential
 
@@ -128,7 +134,9 @@ def _demo_config(config: Config, wait: timedelta) -> tuple[Config, str]:
                 coalesce_window=timedelta(0),
                 poll_interval=timedelta(milliseconds=100),
             ),
-            push=dataclasses.replace(config.push, fake=FakeProviderConfig()),
+            push=dataclasses.replace(
+                config.push, fake=FakeProviderConfig(), clear_on_read=True, clear_delay=CLEAR_DELAY
+            ),
             log=dataclasses.replace(config.log, level=LogLevel.WARNING),
         ),
         key,
@@ -248,7 +256,7 @@ async def _main(
                         scenario = Scenario(line, http, key, fake, daemon, nursery, wait)
                         await scenario.run(addresses.gateway)
                     line.say()
-                    line.say("All four cases behaved as planned. Read docs/protocol.md next.")
+                    line.say("All five cases behaved as planned. Read docs/protocol.md next.")
                     return EXIT_OK
                 except DemoFailed as exc:
                     line.say()
@@ -263,7 +271,7 @@ async def _main(
 
 
 class Scenario:
-    """The four plan cases against a running daemon."""
+    """The five plan cases against a running daemon."""
 
     def __init__(
         self,
@@ -387,6 +395,7 @@ class Scenario:
         nid = await self._active_elsewhere_then_read(desktop)
         await self._not_read(desktop, nid)
         await self._desktop_gone(desktop)
+        await self._cleared_on_read(gateway)
 
     async def _focus(self, desktop: Desktop, threads: list[str]) -> None:
         mark = len(desktop.frames)
@@ -493,6 +502,36 @@ class Scenario:
             f"<- push kind={send.payload['kind']} after {time.monotonic() - started:.1f}s"
             " (no delay: no desktop is live)",
         )
+
+    async def _cleared_on_read(self, gateway: str) -> None:
+        line = self.line
+        line.say()
+        line.say("5. Alex reads on the desktop: the phone is told to drop its notification")
+        desktop = await Desktop.connect(self.nursery, gateway)
+        await desktop.wait_for(lambda f: f.get("op") == "hello")
+        await desktop.send("identify", {"token": self._device("alex-desktop", "macos")})
+        await desktop.wait_for(lambda f: f.get("op") == "catchup.complete")
+        line.event("desktop", "connects again (live)")
+        started = time.monotonic()
+        await self._read(desktop, "the phone was pushed for it")
+
+        def reads() -> list[dict[str, Any]]:
+            return [s.payload for s in self.fake.sends if s.payload.get("kind") == "read"]
+
+        async def cleared() -> bool:
+            return bool(reads())
+
+        await self._until(cleared, "the phone got its read push")
+        (payload,) = reads()
+        if payload.get("seq") != self.seq or "nid" in payload:
+            raise DemoFailed("the read push does not carry the new read position alone")
+        line.event(
+            "phone",
+            f"<- push kind=read thread_id={payload['thread_id']} seq={payload['seq']}"
+            f" badge={payload.get('badge')} after {time.monotonic() - started:.1f}s"
+            f" (clear_delay {format_duration(CLEAR_DELAY)}: drops the notification)",
+        )
+        await desktop.close()
 
     async def _job_done(self, job_id: int) -> None:
         async def finished() -> bool:
