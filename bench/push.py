@@ -48,10 +48,15 @@ pushes: the CPU per push of each (daemon + PostgreSQL), their difference and
 ratio (the target: the badge must not double the CPU per push). The stall phase
 is skipped.
 
+With ``--clear`` ``--rounds`` alternations of a batch of ``--jobs`` push_send jobs
+and one of ``--jobs`` ``notify.push_clear`` jobs (clear-on-read: each of a mark
+of its own, so every clear is sent) run in one daemon: the CPU per clear push
+and per push (daemon + PostgreSQL) and their ratio. The stall phase is skipped.
+
 Usage: .venv/bin/python bench/push.py [--fake nginx|python] [--jobs N] [--bare N]
        [--registrations R] [--concurrency C] [--max-in-flight M] [--stall-seconds S]
        [--profile FILE] [--processes N [--rounds R]] [--provider apns|webpush [--rounds R]]
-       [--badge [--rounds R]]
+       [--badge [--rounds R]] [--clear [--rounds R]]
 """
 
 from __future__ import annotations
@@ -91,7 +96,12 @@ from bench._fakes import KEY_ID, TEAM_ID, TOPIC, FakeApnsServer, start_fake  # n
 from bench.http2_clients import run_client  # noqa: E402
 from bothy_notify.config import structure_config  # noqa: E402
 from bothy_notify.kernel.clock import to_unix_micros  # noqa: E402
-from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs  # noqa: E402
+from bothy_notify.notify.jobs.args import (  # noqa: E402
+    PUSH_CLEAR,
+    PUSH_SEND,
+    PushClearArgs,
+    PushSendArgs,
+)
 from bothy_notify.push.apns import ApnsProvider  # noqa: E402
 from bothy_notify.push.webpush import (  # noqa: E402
     encrypt,
@@ -202,20 +212,46 @@ def insert_jobs(url: str, regs: list[tuple[str, str]], count: int, start: int) -
     return time.perf_counter()
 
 
-def finished(daemon: Daemon) -> int:
-    """push_send jobs recorded as finished by this daemon (its own counter: no polling load)."""
+def insert_clears(url: str, regs: list[tuple[str, str]], count: int, start: int) -> float:
+    """Insert ``count`` push_clear jobs, each with a mark of its own (registration,
+    thread ``c<n>``), in one transaction; returns the commit time."""
+    now = datetime.now(UTC)
+    jobs, marked = [], []
+    for n in range(start, start + count):
+        reg, user = regs[n % len(regs)]
+        args = PushClearArgs(user_id=user, registration_id=reg, thread_id=f"c{n}").to_args()
+        jobs.append((PUSH_CLEAR, psycopg.types.json.Jsonb(args), now, 5, now))
+        marked.append((reg, f"c{n}", user, now))
+    with psycopg.connect(url) as conn:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO bothy.push_marks (registration_id, thread_id, user_id, marked_at,"
+                " clear_pending) VALUES (%s, %s, %s, %s, true)",
+                marked,
+            )
+            cur.executemany(
+                "INSERT INTO bothy.jobs (kind, args, scheduled_at, max_attempts, created_at)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                jobs,
+            )
+        conn.execute("NOTIFY bothy_jobs")
+    return time.perf_counter()
+
+
+def finished(daemon: Daemon, kind: str = PUSH_SEND) -> int:
+    """Jobs of ``kind`` recorded as finished by this daemon (its own counter: no polling load)."""
     total = 0.0
     for metric in daemon.metrics.jobs_finished.collect():
         for sample in metric.samples:
-            if sample.name.endswith("_total") and sample.labels.get("kind") == PUSH_SEND:
+            if sample.name.endswith("_total") and sample.labels.get("kind") == kind:
                 total += sample.value
     return int(total)
 
 
-async def wait_finished(daemon: Daemon, target: int) -> None:
-    """Return once ``target`` push_send jobs are recorded (the caller bounds the wait)."""
+async def wait_finished(daemon: Daemon, target: int, kind: str = PUSH_SEND) -> None:
+    """Return once ``target`` jobs of ``kind`` are recorded (the caller bounds the wait)."""
     # The runner has no completion event to wait on; polling its in-process counter is free.
-    while finished(daemon) < target:  # noqa: ASYNC110
+    while finished(daemon, kind) < target:  # noqa: ASYNC110
         await trio.sleep(0.01)
 
 
@@ -250,7 +286,9 @@ async def pipeline(
     *,
     badge: str = "unread_threads",
     stall: bool = True,
+    kind: str = PUSH_SEND,
 ) -> dict[str, Any]:
+    insert = insert_clears if kind == PUSH_CLEAR else insert_jobs
     sections = worker_config(args, fake)
     sections["push"]["badge"] = badge
     config = structure_config(sections, env={"BENCH_APNS_KEY": pem})
@@ -264,13 +302,13 @@ async def pipeline(
         assert isinstance(apns, ApnsProvider)
 
         # Warm up: the HTTP/2 connection, the pool, the code paths.
-        await trio.to_thread.run_sync(insert_jobs, url, regs, args.warmup, 0)
+        await trio.to_thread.run_sync(insert, url, regs, args.warmup, 0)
         with trio.fail_after(60):
-            await wait_finished(daemon, args.warmup)
+            await wait_finished(daemon, args.warmup, kind)
 
         profiler = Profiler(args.profile) if args.profile else None
         counted = dict(daemon.runner.statistics()) if daemon.runner is not None else {}
-        committed = await trio.to_thread.run_sync(insert_jobs, url, regs, args.jobs, args.warmup)
+        committed = await trio.to_thread.run_sync(insert, url, regs, args.jobs, args.warmup)
         meter = Meter(fake.pid, postmaster)
         occupancy: list[tuple[int, int]] = []
 
@@ -288,7 +326,7 @@ async def pipeline(
         async with trio.open_nursery() as sampler:
             sampler.start_soon(sample)
             with trio.fail_after(120):
-                await wait_finished(daemon, args.warmup + args.jobs)
+                await wait_finished(daemon, args.warmup + args.jobs, kind)
             sampler.cancel_scope.cancel()
         elapsed = time.perf_counter() - committed
         out["cpu"] = meter.stop(args.jobs)
@@ -703,6 +741,17 @@ async def main_async(args: argparse.Namespace) -> None:
                             print(f"  push.badge = {mode}: {per_push_us(figures):.0f} us/push")
                     report_badge(args, runs)
                     return
+                if args.clear:
+                    runs = []
+                    for _ in range(args.rounds):
+                        for kind in (PUSH_SEND, PUSH_CLEAR):
+                            figures = await pipeline(
+                                args, url, fake, pem, regs, stall=False, kind=kind
+                            )
+                            runs.append({"kind": kind, **figures})
+                            print(f"  {kind}: {per_push_us(figures):.0f} us/push", flush=True)
+                    report_clear(args, runs)
+                    return
                 bare_figures = await run_client("pycurl", fake, pem, args.bare, args.concurrency)
                 bare = bare_figures["requests_per_s"]
                 print(
@@ -820,6 +869,44 @@ def report_badge(args: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
     )
 
 
+def report_clear(args: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
+    """The clear push's cost beside a hint's push, alternated in fresh daemons."""
+
+    def means(kind: str) -> tuple[float, float, float]:
+        group = [r for r in runs if r["kind"] == kind]
+        daemon = sum(r["cpu"]["own_cpu_us"] for r in group) / len(group)
+        postgres = sum(r["cpu"].get("postgres_cpu_us") or 0.0 for r in group) / len(group)
+        rate = sum(r["pushes_per_s"] for r in group) / len(group)
+        return daemon, postgres, rate
+
+    push_daemon, push_pg, push_rate = means(PUSH_SEND)
+    clear_daemon, clear_pg, clear_rate = means(PUSH_CLEAR)
+    push_total, clear_total = push_daemon + push_pg, clear_daemon + clear_pg
+    print(f"clear push cost ({args.rounds} alternations of {args.jobs} jobs each):")
+    print(
+        f"  notify.push_send:  {push_total:.0f} us CPU per push"
+        f" ({push_daemon:.0f} daemon + {push_pg:.0f} PostgreSQL), {push_rate:,.0f} pushes/s"
+    )
+    print(
+        f"  notify.push_clear: {clear_total:.0f} us CPU per clear push"
+        f" ({clear_daemon:.0f} daemon + {clear_pg:.0f} PostgreSQL), {clear_rate:,.0f} pushes/s"
+    )
+    print(f"machine: {machine()}")
+    report(
+        "push_clear",
+        cpu_us_per_clear_push=round(clear_total, 1),
+        daemon_cpu_us_per_clear_push=round(clear_daemon, 1),
+        postgres_cpu_us_per_clear_push=round(clear_pg, 1),
+        cpu_us_per_push=round(push_total, 1),
+        ratio=round(clear_total / push_total, 3),
+        clear_pushes_per_s=round(clear_rate, 1),
+        pushes_per_s=round(push_rate, 1),
+        rounds=args.rounds,
+        jobs=args.jobs,
+        fake=args.fake,
+    )
+
+
 def report_scaling(
     args: argparse.Namespace,
     bare: float,
@@ -904,7 +991,14 @@ def main() -> None:
         action="store_true",
         help="the badge's cost: --rounds alternations of push.badge off and unread_threads",
     )
+    parser.add_argument(
+        "--clear",
+        action="store_true",
+        help="the clear push's cost: --rounds alternations of push_send and push_clear batches",
+    )
     args = parser.parse_args()
+    if args.clear and (args.provider != "apns" or args.processes is not None or args.badge):
+        parser.error("--clear measures the in-process APNs pipeline (without --badge)")
     if args.badge and (args.provider != "apns" or args.processes is not None):
         parser.error("--badge measures the in-process APNs pipeline")
     if args.provider == "webpush" and (args.fake != "nginx" or args.processes is not None):
