@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bothy_notify.store import marks
 from tests.harness import Launch, Node, device_token, ev, make_config
 
 NO_COALESCING = {"coalesce_window": "0s"}
@@ -194,3 +195,16 @@ async def test_marks_go_when_their_registration_is_deleted(launch: Launch) -> No
     await node.sql("DELETE FROM bothy.push_registrations WHERE token = 'phone-token'")
 
     assert len(await node.sql("SELECT 1 FROM bothy.push_marks")) == 1
+
+
+async def test_one_pair_marked_twice_in_one_batch_is_one_mark(launch: Launch) -> None:
+    node = await launch()
+    await people(node)
+    ((registration_id,),) = await node.sql(
+        "SELECT id FROM bothy.push_registrations WHERE token = 'phone-token'"
+    )
+    pair = (str(registration_id), "t1")
+
+    await node.db.run(lambda c: marks.record_many(c, [pair, pair], node.clock.now()))
+
+    assert await node.sql("SELECT registration_id, thread_id FROM bothy.push_marks") == [pair]

@@ -49,9 +49,11 @@ def clearing_of(config: PushConfig, now: datetime) -> Clearing | None:
 
 def record_many(conn: Conn, items: list[tuple[str, str]], now: datetime) -> None:
     """Mark each delivered (registration_id, thread_id); a registration deleted
-    meanwhile gets none."""
+    meanwhile gets none. A pair may come more than once (two hints of a thread in
+    one batch): it is written once."""
     if not items:
         return
+    items = list(dict.fromkeys(items))
     conn.execute(
         "INSERT INTO bothy.push_marks (registration_id, thread_id, user_id, marked_at)"
         " SELECT r.id, k.thread_id, r.user_id, %s"
