@@ -49,8 +49,19 @@ async def test_follower_phone_gets_one_content_free_push(launch: Launch) -> None
     await node.settle()
 
     (payload,) = sends_to(node, "alex-token")
-    assert set(payload) == {"nid", "kind", "thread_id", "message_id", "count", "quiet", "mv"}
+    assert set(payload) == {
+        "nid",
+        "kind",
+        "thread_id",
+        "message_id",
+        "count",
+        "quiet",
+        "mv",
+        "badge",
+        "urgency",
+    }
     assert payload["kind"] == "message"
+    assert (payload["badge"], payload["urgency"]) == (1, "normal")
     assert payload["thread_id"] == "t1" and payload["message_id"] == "m1"
     assert payload["count"] == 1 and payload["quiet"] is False
     assert sends_to(node, "sam-token") == []  # the author hears nothing
