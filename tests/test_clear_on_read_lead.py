@@ -11,8 +11,8 @@ from typing import Any
 
 import trio
 
+from gateway.service import build_gateway
 from tests.gateway.client import connect_live
-from tests.gateway.world import build_gateway
 from tests.harness import Launch, Node, device_token, ev, make_config
 
 
