@@ -259,6 +259,10 @@ def _shown(value: Any) -> str:
         return tomlkit.item(shown).as_string()
     if isinstance(value, tuple):
         return "[" + ", ".join(_shown(v) for v in value) + "]"
+    if isinstance(value, Mapping):  # a table of plain values (notify.urgency): inline
+        table = tomlkit.inline_table()
+        table.update(_plain(value))
+        return str(table.as_string())
     if isinstance(value, str):
         # A URL's user information may be a credential (a proxy's password).
         value = _USERINFO_RE.sub(rf"\1{REDACTED}@", value)

@@ -130,8 +130,13 @@ class Cluster:
         return 0.0
 
     def pushes(self, token: str) -> list[dict[str, Any]]:
-        """Payloads the fake provider sent to ``token``, from every node's records."""
-        return [r["payload"] for r in read_fake_records(self.records) if r["token"] == token]
+        """Hint payloads the fake provider sent to ``token``, from every node's records
+        (a clearing push, kind ``read``, answers a read and is left out)."""
+        return [
+            r["payload"]
+            for r in read_fake_records(self.records)
+            if r["token"] == token and r["payload"].get("kind") != "read"
+        ]
 
     async def settled(self, timeout: float = 20.0) -> None:
         """Every event consumed and no job running or due."""
