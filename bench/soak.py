@@ -425,7 +425,7 @@ def run(args: argparse.Namespace, workdir: Path, url: str) -> dict[str, Any]:
         rss_mb_end={n: round(v, 1) for n, v in at_end.items()},
         growth_pct={n: round(100 * (at_end[n] - at_warmup[n]) / at_warmup[n], 2) for n in at_end},
         slope_mb_per_min={
-            n: None if (v := slope(s[args.warmup - 1 :])) is None else round(v, 3)
+            n: None if (v := slope(s[args.warmup :])) is None else round(v, 3)
             for n, s in series.items()
         },
         rss_mb_per_minute={n: [round(y, 1) for _, y in s] for n, s in series.items()},
