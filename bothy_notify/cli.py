@@ -30,6 +30,7 @@ import trio
 
 from bothy_notify import __version__
 from bothy_notify.config import Config, ConfigError, Role, ServerConfig, load, load_config
+from bothy_notify.kernel import memtrace
 from bothy_notify.kernel.sdnotify import Notifier
 from bothy_notify.logs import setup_logging
 
@@ -294,6 +295,10 @@ def _run(
     from bothy_notify.wiring import Daemon, NodeAddresses
 
     notifier = notifier or Notifier(None)
+    trace_file = memtrace.requested()
+    trace = memtrace.MemoryTrace(trace_file) if trace_file is not None else None
+    if trace is not None:
+        trace.start()  # before the daemon's objects exist, so they are traced
     daemon = Daemon(
         config,
         gateway_factory=_gateway_factory(),
@@ -349,6 +354,8 @@ def _run(
                     nursery.cancel_scope.cancel()  # stopped: no more signals to wait for
 
                 nursery.start_soon(on_signal)
+                if trace is not None:
+                    nursery.start_soon(trace.serve)
                 # From the start: the embedded server's start and the migrations count.
                 nursery.start_soon(notifier.keep_watchdog)
                 if child is not None:

@@ -487,6 +487,10 @@ class FakeProviderConfig:
             path=True,
         ),
     )
+    keep: int = field(
+        default=1000,
+        metadata=_meta("most recent sends kept in memory (older ones only in record_file)", min=0),
+    )
 
 
 APP_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"

@@ -1,9 +1,10 @@
 """The ``fake`` provider: records every send; its outcome follows the token's prefix.
 
 ``dead-``, ``mismatch-``, ``rejected-`` and ``transient-`` tokens give those
-outcomes; any other token is delivered. Every send is kept in memory
-(:attr:`FakeProvider.sends`), printed in dev mode, and appended as one JSON line
-to ``push.fake.record_file`` when set. Used by tests, the demo, black-box
+outcomes; any other token is delivered. The most recent ``push.fake.keep`` sends
+are kept in memory (:attr:`FakeProvider.sends`: a bounded deque, so a daemon left
+running does not grow), every send is printed in dev mode and appended as one
+JSON line to ``push.fake.record_file`` when set. Used by tests, the demo, black-box
 checks and ``push test`` without credentials.
 """
 
@@ -13,6 +14,7 @@ import json
 import logging
 import sys
 import threading
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,14 +62,19 @@ def outcome_for_token(token: str) -> Outcome:
 
 
 class FakeProvider:
-    """A provider that speaks to nobody and remembers everything."""
+    """A provider that speaks to nobody and remembers its ``keep`` most recent sends."""
 
     name = "fake"
 
     def __init__(
-        self, *, record_file: str = "", echo: bool = False, stream: TextIO | None = None
+        self,
+        *,
+        record_file: str = "",
+        echo: bool = False,
+        stream: TextIO | None = None,
+        keep: int = 1000,
     ) -> None:
-        self.sends: list[FakeSend] = []
+        self._sends: deque[FakeSend] = deque(maxlen=keep)
         self._record = Path(record_file) if record_file else None
         self._echo = echo
         self._stream = stream or sys.stdout
@@ -79,7 +86,7 @@ class FakeProvider:
         record = FakeSend(
             target.registration_id, target.token, message.payload(), outcome.kind.value
         )
-        self.sends.append(record)
+        self._sends.append(record)
         changed, self.changed = self.changed, trio.Event()
         changed.set()
         if self._record is not None:
@@ -108,11 +115,16 @@ class FakeProvider:
         await trio.lowlevel.checkpoint()
         return outcome
 
+    @property
+    def sends(self) -> list[FakeSend]:
+        """The most recent sends (at most ``keep``), oldest first: a copy."""
+        return list(self._sends)
+
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
 
     def __repr__(self) -> str:
-        return f"FakeProvider(sends={len(self.sends)})"
+        return f"FakeProvider(sends={len(self._sends)})"
 
 
 TOKEN_MAX = 4096
@@ -125,4 +137,6 @@ def prepare(settings: FakeProviderConfig, key: str) -> FakeProviderConfig:
 
 def build(settings: FakeProviderConfig, *, dev: bool, stdout: TextIO | None) -> FakeProvider:
     """The fake provider; in dev mode it prints its sends."""
-    return FakeProvider(record_file=settings.record_file, echo=dev, stream=stdout)
+    return FakeProvider(
+        record_file=settings.record_file, echo=dev, stream=stdout, keep=settings.keep
+    )
