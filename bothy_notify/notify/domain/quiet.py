@@ -1,0 +1,92 @@
+"""Quiet hours, do-not-disturb and snooze (issue 20): pure schedule logic.
+
+No IO and no clock reads: ``now`` is an argument. Times are wall-clock in the
+person's zone. An entry whose end is not after its start crosses midnight and
+belongs to its start day. A start or end inside a skipped hour (spring forward)
+means the first valid instant after it; a repeated hour (fall back) means its
+first occurrence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+ALWAYS_THROUGH = frozenset({"security"})
+_MAX_CHAIN = 64
+
+
+@dataclass(frozen=True, slots=True)
+class QuietEntry:
+    days: frozenset[str]
+    start: time
+    end: time
+
+
+@dataclass(frozen=True, slots=True)
+class QuietHours:
+    time_zone: str = "UTC"
+    schedule: tuple[QuietEntry, ...] = ()
+    snooze_until: datetime | None = None
+    breakthrough: frozenset[str] = field(default_factory=frozenset)
+
+
+def resolve_wall(day: date, at: time, zone: ZoneInfo) -> datetime:
+    """The UTC instant of wall-clock ``day at`` in ``zone`` (gap: first valid after)."""
+    naive = datetime.combine(day, at)
+    first = naive.replace(tzinfo=zone, fold=0)
+    utc = first.astimezone(UTC)
+    if utc.astimezone(zone).replace(tzinfo=None) == naive:
+        return utc
+    # Inside a skipped hour: the first instant whose wall time is not before it.
+    low = naive.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    while low.astimezone(zone).replace(tzinfo=None) < naive and low < utc:
+        low += timedelta(minutes=1)
+    return low
+
+
+def _periods(hours: QuietHours, day: date, zone: ZoneInfo) -> list[tuple[datetime, datetime]]:
+    out = []
+    for entry in hours.schedule:
+        if DAYS[day.weekday()] not in entry.days:
+            continue
+        end_day = day if entry.end > entry.start else day + timedelta(days=1)
+        out.append((resolve_wall(day, entry.start, zone), resolve_wall(end_day, entry.end, zone)))
+    return out
+
+
+def _covering_end(hours: QuietHours, at: datetime, zone: ZoneInfo) -> datetime | None:
+    best: datetime | None = None
+    if hours.snooze_until is not None and at < hours.snooze_until:
+        best = hours.snooze_until
+    local = at.astimezone(zone).date()
+    for day in (local - timedelta(days=1), local):
+        for start, end in _periods(hours, day, zone):
+            if start <= at < end and (best is None or end > best):
+                best = end
+    return best
+
+
+def quiet_until(hours: QuietHours, now: datetime) -> datetime | None:
+    """The end of the quiet period covering ``now`` (contiguous periods joined); ``None``."""
+    zone = ZoneInfo(hours.time_zone)
+    end = _covering_end(hours, now, zone)
+    for _ in range(_MAX_CHAIN):
+        if end is None:
+            return None
+        further = _covering_end(hours, end, zone)
+        if further is None or further <= end:
+            return end
+        end = further
+    return end
+
+
+def quiet_at(hours: QuietHours, now: datetime) -> bool:
+    return quiet_until(hours, now) is not None
+
+
+def breaks_through(hours: QuietHours, category: str) -> bool:
+    """Whether a push of ``category`` is sent while quiet (``security`` always is)."""
+    return category in ALWAYS_THROUGH or category in hours.breakthrough
