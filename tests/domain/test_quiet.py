@@ -2,7 +2,14 @@ from datetime import UTC, datetime, time
 
 import pytest
 
-from bothy_notify.notify.domain.quiet import QuietEntry, QuietHours, breaks_through, quiet_until
+from bothy_notify.notify.domain.quiet import (
+    QuietEntry,
+    QuietHours,
+    QuietHoursInvalid,
+    breaks_through,
+    parse_quiet_hours,
+    quiet_until,
+)
 
 WEEK = frozenset({"mon", "tue", "wed", "thu", "fri", "sat", "sun"})
 
@@ -83,3 +90,37 @@ def test_security_always_breaks_through() -> None:
     assert breaks_through(QuietHours(), "security")
     assert not breaks_through(QuietHours(), "mentions")
     assert breaks_through(QuietHours(breakthrough=frozenset({"mentions"})), "mentions")
+
+
+NOW = _u("2026-06-01T12:00:00+00:00")
+CATS = frozenset({"mentions", "security"})
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"time_zone": "Mars/Olympus"}, "time_zone"),
+        (
+            {"schedule": [{"days": ["mon", "xyz"], "start": "22:00", "end": "07:00"}]},
+            "schedule.days",
+        ),
+        (
+            {"schedule": [{"days": ["mon", "mon"], "start": "22:00", "end": "07:00"}]},
+            "schedule.days",
+        ),
+        ({"schedule": [{"days": ["mon"], "start": "9:00", "end": "07:00"}]}, "schedule.start"),
+        ({"schedule": [{"days": ["mon"], "start": "07:00", "end": "07:00"}]}, "schedule.end"),
+        ({"schedule": [{"days": ["mon"], "start": "01:00", "end": "02:00"}] * 15}, "schedule"),
+        ({"snooze_until": "2026-06-01T13:00:00"}, "snooze_until"),
+        ({"snooze_until": "2026-07-02T13:00:00+00:00"}, "snooze_until"),
+        ({"breakthrough": ["nope"]}, "breakthrough"),
+    ],
+)
+def test_invalid_body_names_its_field(body, field) -> None:
+    with pytest.raises(QuietHoursInvalid) as caught:
+        parse_quiet_hours(body, NOW, CATS)
+    assert caught.value.field == field
+
+
+def test_empty_body_is_the_default() -> None:
+    assert parse_quiet_hours({}, NOW, CATS) == QuietHours()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 ALWAYS_THROUGH = frozenset({"security"})
@@ -90,3 +90,75 @@ def quiet_at(hours: QuietHours, now: datetime) -> bool:
 def breaks_through(hours: QuietHours, category: str) -> bool:
     """Whether a push of ``category`` is sent while quiet (``security`` always is)."""
     return category in ALWAYS_THROUGH or category in hours.breakthrough
+
+
+MAX_ENTRIES = 14
+MAX_SNOOZE = timedelta(days=30)
+
+
+class QuietHoursInvalid(ValueError):
+    """A quiet-hours body that is not valid; ``field`` names the offending field."""
+
+    def __init__(self, field_name: str) -> None:
+        super().__init__(field_name)
+        self.field = field_name
+
+
+def _hhmm(value: object, name: str) -> time:
+    if not isinstance(value, str) or len(value) != 5 or value[2] != ":":
+        raise QuietHoursInvalid(name)
+    hh, mm = value[:2], value[3:]
+    if not (hh.isdigit() and mm.isdigit()) or int(hh) > 23 or int(mm) > 59:
+        raise QuietHoursInvalid(name)
+    return time(int(hh), int(mm))
+
+
+def parse_quiet_hours(
+    body: dict[str, object], now: datetime, categories: frozenset[str]
+) -> QuietHours:
+    """The :class:`QuietHours` of a ``PUT /v1/quiet-hours`` body, or :class:`QuietHoursInvalid`."""
+    zone = body.get("time_zone", "UTC")
+    if not isinstance(zone, str):
+        raise QuietHoursInvalid("time_zone")
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise QuietHoursInvalid("time_zone") from exc
+    raw = body.get("schedule", [])
+    if not isinstance(raw, list) or len(raw) > MAX_ENTRIES:
+        raise QuietHoursInvalid("schedule")
+    entries = []
+    for item in raw:
+        if not isinstance(item, dict):
+            raise QuietHoursInvalid("schedule")
+        days = item.get("days")
+        if (
+            not isinstance(days, list)
+            or not days
+            or any(d not in DAYS for d in days)
+            or len(set(days)) != len(days)
+        ):
+            raise QuietHoursInvalid("schedule.days")
+        start, end = (
+            _hhmm(item.get("start"), "schedule.start"),
+            _hhmm(item.get("end"), "schedule.end"),
+        )
+        if start == end:
+            raise QuietHoursInvalid("schedule.end")
+        entries.append(QuietEntry(frozenset(days), start, end))
+    snooze_raw = body.get("snooze_until")
+    snooze = None
+    if snooze_raw is not None:
+        if not isinstance(snooze_raw, str):
+            raise QuietHoursInvalid("snooze_until")
+        try:
+            snooze = datetime.fromisoformat(snooze_raw)
+        except ValueError as exc:
+            raise QuietHoursInvalid("snooze_until") from exc
+        if snooze.tzinfo is None or snooze - now > MAX_SNOOZE:
+            raise QuietHoursInvalid("snooze_until")
+        snooze = snooze.astimezone(UTC)
+    through = body.get("breakthrough", [])
+    if not isinstance(through, list) or any(c not in categories for c in through):
+        raise QuietHoursInvalid("breakthrough")
+    return QuietHours(zone, tuple(entries), snooze, frozenset(through))
