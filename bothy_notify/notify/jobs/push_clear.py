@@ -33,7 +33,7 @@ from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify.domain import SkipReason
 from bothy_notify.notify.jobs.args import PUSH_CLEAR, PushClearArgs
-from bothy_notify.notify.jobs.push_send import Sending
+from bothy_notify.notify.jobs.push_send import Sending, still_active, target_of
 from bothy_notify.push.port import ReadMessage, Target
 from bothy_notify.push.registry import Providers
 from bothy_notify.runner import BatchedEffect, Done, Report
@@ -116,12 +116,8 @@ class PushClearHandler:
         positions = marks.read_positions(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
         plans: dict[int, _Clear | SkipReason | None] = {}
         for job_id, a in parsed.items():
-            found = loaded.get(a.registration_id)
-            if (
-                found is None
-                or found[0].invalidated_at is not None
-                or found[0].user_id != a.user_id
-            ):
+            found = still_active(loaded.get(a.registration_id), a.user_id)
+            if found is None:
                 plans[job_id] = SkipReason.NO_REGISTRATION
                 continue
             marked_at = marked.get((a.registration_id, a.thread_id))
@@ -131,21 +127,7 @@ class PushClearHandler:
             reg, platform = found
             plans[job_id] = _Clear(
                 a,
-                Target(
-                    registration_id=reg.id,
-                    user_id=reg.user_id,
-                    provider=reg.provider,
-                    token=reg.token,
-                    platform=platform,
-                    environment=reg.environment,
-                    app_id=reg.app_id,
-                    signing_key=reg.signing_key,
-                    attempt=attempts[job_id][0],
-                    max_attempts=attempts[job_id][1],
-                    last_error=reg.error_since_delivery,
-                    failure_count=reg.failure_count,
-                    expires_at=reg.expires_at,
-                ),
+                target_of(reg, platform, attempts[job_id]),
                 marked_at,
                 positions.get((a.user_id, a.thread_id), 0),
             )

@@ -68,6 +68,36 @@ class _Send:
     badge: int | None = None
 
 
+def still_active(
+    found: tuple[regs.Registration, str] | None, user_id: str
+) -> tuple[regs.Registration, str] | None:
+    """A loaded registration (and its platform) if it may still be sent to: it exists,
+    is active and still belongs to the job's person; else ``None`` (the send is
+    skipped ``no_registration``)."""
+    if found is None or found[0].invalidated_at is not None or found[0].user_id != user_id:
+        return None
+    return found
+
+
+def target_of(reg: regs.Registration, platform: str, attempts: tuple[int, int]) -> Target:
+    """Where a push to ``reg`` goes, on its job's ``(attempt, max_attempts)``."""
+    return Target(
+        registration_id=reg.id,
+        user_id=reg.user_id,
+        provider=reg.provider,
+        token=reg.token,
+        platform=platform,
+        environment=reg.environment,
+        app_id=reg.app_id,
+        signing_key=reg.signing_key,
+        attempt=attempts[0],
+        max_attempts=attempts[1],
+        last_error=reg.error_since_delivery,
+        failure_count=reg.failure_count,
+        expires_at=reg.expires_at,
+    )
+
+
 def hint_age_exceeded(due_at_micros: int, now: datetime, config: PushConfig) -> bool:
     return now - from_unix_micros(due_at_micros) > config.max_age
 
@@ -205,12 +235,8 @@ class PushSendHandler:
         reach = facts.reach_now(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
         plans: dict[int, _Send | SkipReason] = {}
         for job_id, a in parsed.items():
-            found = loaded.get(a.registration_id)
-            if (
-                found is None
-                or found[0].invalidated_at is not None
-                or found[0].user_id != a.user_id
-            ):
+            found = still_active(loaded.get(a.registration_id), a.user_id)
+            if found is None:
                 plans[job_id] = SkipReason.NO_REGISTRATION
                 continue
             if hint_age_exceeded(a.due_at, now, self._config):
@@ -227,21 +253,7 @@ class PushSendHandler:
             reg, platform = found
             plans[job_id] = _Send(
                 a,
-                Target(
-                    registration_id=reg.id,
-                    user_id=reg.user_id,
-                    provider=reg.provider,
-                    token=reg.token,
-                    platform=platform,
-                    environment=reg.environment,
-                    app_id=reg.app_id,
-                    signing_key=reg.signing_key,
-                    attempt=attempts[job_id][0],
-                    max_attempts=attempts[job_id][1],
-                    last_error=reg.error_since_delivery,
-                    failure_count=reg.failure_count,
-                    expires_at=reg.expires_at,
-                ),
+                target_of(reg, platform, attempts[job_id]),
             )
         if self._config.badge is BadgeMode.UNREAD_THREADS:
             sending = {p.args.user_id for p in plans.values() if isinstance(p, _Send)}
