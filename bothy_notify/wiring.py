@@ -67,6 +67,7 @@ from bothy_notify.notify.jobs.flush import FlushHandler
 from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler, LocalGatewayHints
 from bothy_notify.notify.jobs.push_clear import PushClearHandler
 from bothy_notify.notify.jobs.push_send import PushSendHandler
+from bothy_notify.notify.jobs.quiet_summary import PushSummaryHandler, QuietSummaryHandler
 from bothy_notify.notify.kinds_dir import LiveCatalogue
 from bothy_notify.notify.planner import RoundOutcome
 from bothy_notify.notify.round import ConsumerRound
@@ -552,6 +553,10 @@ class Daemon:
         def version() -> str:
             return catalogue.current().version
 
+        def category_of(kind: str) -> str:
+            entry = catalogue.current().get(kind)
+            return entry.category if entry is not None else "messages"
+
         gateway_send = GatewaySendHandler(
             db=db,
             clock=clock,
@@ -569,11 +574,20 @@ class Daemon:
                 metrics=metrics,
                 catalogue_version=version,
                 urgency_of=config.notify.urgency_of,
+                category_of=category_of,
             ),
             PushClearHandler(
                 db=db,
                 providers=providers,
                 clock=clock,
+                config=config.push,
+                metrics=metrics,
+                urgency_of=config.notify.urgency_of,
+            ),
+            QuietSummaryHandler(db=db, clock=clock, config=config.push, metrics=metrics),
+            PushSummaryHandler(
+                db=db,
+                providers=providers,
                 config=config.push,
                 metrics=metrics,
                 urgency_of=config.notify.urgency_of,

@@ -42,6 +42,7 @@ from bothy_notify.api import (
     notifications,
     ops,
     preferences,
+    quiet,
     recipients,
     registrations,
     threads,
@@ -142,6 +143,8 @@ DEVICE_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/v1/preferences", preferences.put_preferences, ["PUT"]),
     ("/v1/catalogue", catalogue.get_catalogue, ["GET"]),
     ("/v1/notifications/unread", notifications.get_unread, ["GET"]),
+    ("/v1/quiet-hours", quiet.get_quiet_hours, ["GET"]),
+    ("/v1/quiet-hours", quiet.put_quiet_hours, ["PUT"]),
     ("/v1/webpush/key", registrations.get_webpush_key, ["GET"]),
 ]
 PRODUCER_ROUTES: list[tuple[str, Handler, list[str]]] = [

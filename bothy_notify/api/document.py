@@ -6,7 +6,9 @@ so a client generated from the served document, or a fuzzer reading it, sends
 only what this server accepts:
 
 - the categories a person can switch (``PUT /v1/preferences``: the built-in
-  ones and ``notify.categories``), and the app categories a ``hint.requested``
+  ones and ``notify.categories``) and let through quiet hours (``PUT
+  /v1/quiet-hours``' ``breakthrough``), and the time zones a person may choose
+  (``tzdata``'s names); the app categories a ``hint.requested``
   may name (``notify.categories``; without any, no ``hint.requested`` is
   accepted and its branch of ``Event`` is left out);
 - the providers of ``POST /v1/registrations`` and the channels of ``POST
@@ -48,6 +50,7 @@ from bothy_notify import resources
 from bothy_notify.api.context import ApiContext
 from bothy_notify.api.preferences import known_categories
 from bothy_notify.config import WebPushConfig, provider_apps
+from bothy_notify.notify.domain.quiet import ZONES
 
 EVENT_FILE_PREFIX = "events/"
 PAYLOAD_PREFIX = "payload."
@@ -142,6 +145,8 @@ def served_document(enums: Enumerations) -> dict[str, Any]:
 
     categories = schemas["Preferences"]["properties"]["categories"]
     categories["propertyNames"] = {"enum": list(enums.categories)}
+    schemas["Breakthrough"]["items"] = {"type": "string", "enum": list(enums.categories)}
+    schemas["TimeZone"]["enum"] = sorted(ZONES)
 
     hint = schemas.get(f"{PAYLOAD_PREFIX}hint.requested")
     if hint is not None and enums.app_categories:

@@ -118,6 +118,21 @@ class Metrics:
             ["provider", "outcome", "app"],
             registry=r,
         )
+        self.push_held = Counter(
+            "bothy_push_held",
+            "Pushes held while their person was in quiet hours, by category.",
+            ["category"],
+            registry=r,
+        )
+        self.quiet_summaries = Counter(
+            "bothy_quiet_summaries",
+            "Ends of quiet periods that held pushes: sent (a summary push to each"
+            " registration) or nothing_unread (everything held was read meanwhile).",
+            ["result"],
+            registry=r,
+        )
+        for result in ("sent", "nothing_unread"):
+            self.quiet_summaries.labels(result)
         self.delivery_seconds = Histogram(
             "bothy_delivery_seconds",
             "From the event's append to the frame written or the provider's answer.",

@@ -11,6 +11,7 @@ to ``bothy.presence``, read in the same pipeline as the rest of a group.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from bothy_notify.config import Level
 from bothy_notify.kernel.presence import PresenceEntry, PresenceView
 from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify.domain.model import Device, Window
+from bothy_notify.notify.domain.quiet import QuietHours, quiet_from_doc
 from bothy_notify.store.db import Conn
 
 
@@ -78,6 +80,8 @@ class Person:
     human: bool
     active: bool
     categories_off: frozenset[str]
+    quiet_hours: QuietHours | None = None
+    """Their quiet hours (``None``: never set, so never quiet)."""
 
 
 UNKNOWN_PERSON = Person(human=False, active=False, categories_off=frozenset())
@@ -142,9 +146,11 @@ _READS = (
     "  WHERE r.user_id = k.user_id AND r.thread_id = k.thread_id OFFSET 0) r"
 )
 _PEOPLE = (
-    "SELECT u.user_id, u.kind, u.active, p.categories"
+    "SELECT u.user_id, u.kind, u.active, p.categories, q.doc"
     " FROM bothy.users u LEFT JOIN LATERAL (SELECT p.categories FROM bothy.preferences p"
     "  WHERE p.user_id = u.user_id OFFSET 0) p ON true"
+    " LEFT JOIN LATERAL (SELECT q.doc::text FROM bothy.quiet_hours q"
+    "  WHERE q.user_id = u.user_id OFFSET 0) q ON true"
     f" WHERE u.user_id = ANY({_KEY_ARRAY})"
 )
 # A device without a row counts as active (its row may still be on its way). A device
@@ -213,10 +219,18 @@ def _member_of(rows: Rows) -> dict[str, set[str]]:
 
 def _people(rows: Rows) -> dict[str, Person]:
     out: dict[str, Person] = {}
-    for user_id, kind, active, categories in rows:
+    for user_id, kind, active, categories, quiet in rows:
         off = frozenset(k for k, v in (categories or {}).items() if v is False)
-        out[user_id] = Person(human=kind == "human", active=active, categories_off=off)
+        out[user_id] = Person(
+            kind == "human", active, off, None if quiet is None else hours_of(quiet)
+        )
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def hours_of(doc: str) -> QuietHours:
+    """The quiet hours of a stored document's JSON text (parsed once per text)."""
+    return quiet_from_doc(orjson.loads(doc))
 
 
 def _devices(rows: Rows) -> dict[str, tuple[Device, ...]]:

@@ -43,6 +43,7 @@ from bothy_notify.notify.domain import (
     Skip,
     Window,
 )
+from bothy_notify.notify.domain.quiet import quiet_at
 from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.hints import (
     HintRequest,
@@ -216,6 +217,11 @@ class Decider:
             u: (people.get(u, unknown), devices.get(u, nothing), presence.get(u, nothing))
             for u in users
         }
+        hushed = {
+            u: quiet_at(p.quiet_hours, self.now)
+            for u, (p, _d, _e) in per_user.items()
+            if p.quiet_hours is not None
+        }
         changed: dict[tuple[str, str], Window] = {}
         default_level = self.config.notify.default_level
         no_follows: dict[str, Level] = {}
@@ -250,6 +256,7 @@ class Decider:
                         read_pos,
                         user_devices,
                         user_presence,
+                        hushed.get(user, False),
                     )
                     key = (user, thread_id or "")
                     decision = rules.decide(recipient, windows.get(key) if windows else None)

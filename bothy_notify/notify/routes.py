@@ -133,7 +133,7 @@ class JobLiveRoutes:
             user_id=delivery.user_id,
             kind=delivery.kind,
             count=delivery.count,
-            quiet=delivery.quiet,
+            quiet=delivery.quiet or delivery.hushed,
             due_at=to_unix_micros(now),
             appended_at=to_unix_micros(appended_at),
             thread_id=hint.thread_id,

@@ -105,7 +105,9 @@ def browser_subscriptions(api: httpx.Client, caller: Caller) -> list[dict[str, A
 
 FIXTURES: Mapping[str, Fixture] = {"thread_id": readable_threads}
 """Per path parameter name, the fixture that makes values for it."""
-SCHEMA_FIXTURES: Mapping[str, Fixture] = {"PushSubscription": browser_subscriptions}
+SCHEMA_FIXTURES: Mapping[str, Fixture] = {
+    "PushSubscription": browser_subscriptions,
+}
 """Per schema component (``#/components/schemas/<name>``), the fixture of its values."""
 
 

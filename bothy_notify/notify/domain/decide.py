@@ -223,4 +223,4 @@ class HintRules:
         else:
             count = 1
         quiet = hint.quiet and kind != _MENTION if not hint.is_flush else hint.quiet
-        return Delivery(user, kind, category, count, quiet, tuple(routes), self.opens)
+        return Delivery(user, kind, category, count, quiet, tuple(routes), self.opens, facts.quiet)

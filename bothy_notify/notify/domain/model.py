@@ -120,6 +120,8 @@ class RecipientFacts:
         read_position: ``max(last_read_seq, unread_floor_seq)`` for the thread.
         devices: active devices with their active registrations.
         presence: the person's live connections (see the presence port).
+        quiet: the person is in quiet hours now (snoozed, or a schedule entry
+            covers their wall-clock time): gateway hints carry ``quiet: true``.
     """
 
     user_id: str
@@ -131,6 +133,7 @@ class RecipientFacts:
     read_position: int
     devices: tuple[Device, ...]
     presence: tuple[PresenceEntry, ...]
+    quiet: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +211,9 @@ class Delivery:
     """The recipient hears about the hint through ``routes``.
 
     ``opens`` is the coalescing window this hint opens, when coalescing applies.
+    ``hushed``: the recipient is in quiet hours, so the gateway hint carries
+    ``quiet: true`` whatever ``quiet`` says (pushes keep ``quiet``: one that
+    breaks through quiet hours must still sound; the rest are held at send).
     """
 
     user_id: str
@@ -217,6 +223,7 @@ class Delivery:
     quiet: bool
     routes: tuple[Route, ...]
     opens: Window | None = None
+    hushed: bool = False
 
 
 Decision = Skip | Fold | Delivery

@@ -9,8 +9,12 @@ first occurrence.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
+from importlib import resources
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -104,11 +108,41 @@ class QuietHoursInvalid(ValueError):
         self.field = field_name
 
 
+ZONES: frozenset[str] = frozenset(
+    resources.files("tzdata").joinpath("zones").read_text(encoding="ascii").split()
+)
+"""The IANA names a person may choose: those of the ``tzdata`` package, so the set
+does not depend on the host (the served API document lists them)."""
+
+
+def _ascii_digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})", re.ASCII
+)
+"""An RFC 3339 date-time (``T`` and ``Z`` in either case): ``fromisoformat`` alone also
+takes times without seconds or offset, which the document's ``date-time`` does not."""
+
+
+def _snooze(value: object, now: datetime) -> datetime:
+    if not isinstance(value, str) or _RFC3339.fullmatch(value.upper()) is None:
+        raise QuietHoursInvalid("snooze_until")
+    try:
+        snooze = datetime.fromisoformat(value.upper())
+    except ValueError as exc:
+        raise QuietHoursInvalid("snooze_until") from exc
+    if snooze - now > MAX_SNOOZE:
+        raise QuietHoursInvalid("snooze_until")
+    return snooze.astimezone(UTC)
+
+
 def _hhmm(value: object, name: str) -> time:
     if not isinstance(value, str) or len(value) != 5 or value[2] != ":":
         raise QuietHoursInvalid(name)
     hh, mm = value[:2], value[3:]
-    if not (hh.isdigit() and mm.isdigit()) or int(hh) > 23 or int(mm) > 59:
+    if not (_ascii_digits(hh) and _ascii_digits(mm)) or int(hh) > 23 or int(mm) > 59:
         raise QuietHoursInvalid(name)
     return time(int(hh), int(mm))
 
@@ -118,7 +152,7 @@ def parse_quiet_hours(
 ) -> QuietHours:
     """The :class:`QuietHours` of a ``PUT /v1/quiet-hours`` body, or :class:`QuietHoursInvalid`."""
     zone = body.get("time_zone", "UTC")
-    if not isinstance(zone, str):
+    if not isinstance(zone, str) or zone not in ZONES:
         raise QuietHoursInvalid("time_zone")
     try:
         ZoneInfo(zone)
@@ -129,7 +163,7 @@ def parse_quiet_hours(
         raise QuietHoursInvalid("schedule")
     entries = []
     for item in raw:
-        if not isinstance(item, dict):
+        if not isinstance(item, dict) or set(item) - {"days", "start", "end"}:
             raise QuietHoursInvalid("schedule")
         days = item.get("days")
         if (
@@ -147,18 +181,78 @@ def parse_quiet_hours(
             raise QuietHoursInvalid("schedule.end")
         entries.append(QuietEntry(frozenset(days), start, end))
     snooze_raw = body.get("snooze_until")
-    snooze = None
-    if snooze_raw is not None:
-        if not isinstance(snooze_raw, str):
-            raise QuietHoursInvalid("snooze_until")
-        try:
-            snooze = datetime.fromisoformat(snooze_raw)
-        except ValueError as exc:
-            raise QuietHoursInvalid("snooze_until") from exc
-        if snooze.tzinfo is None or snooze - now > MAX_SNOOZE:
-            raise QuietHoursInvalid("snooze_until")
-        snooze = snooze.astimezone(UTC)
+    snooze = None if snooze_raw is None else _snooze(snooze_raw, now)
     through = body.get("breakthrough", [])
-    if not isinstance(through, list) or any(c not in categories for c in through):
+    if (
+        not isinstance(through, list)
+        or any(not isinstance(c, str) or c not in categories for c in through)
+        or len(set(through)) != len(through)
+    ):
         raise QuietHoursInvalid("breakthrough")
     return QuietHours(zone, tuple(entries), snooze, frozenset(through))
+
+
+def hold_until(hours: QuietHours | None, category: str, now: datetime) -> datetime | None:
+    """When a push of ``category`` due at ``now`` may go: ``None`` to send it now, else
+    the end of the quiet period it is held for (quiet, and ``category`` does not
+    break through)."""
+    if hours is None or breaks_through(hours, category):
+        return None
+    return quiet_until(hours, now)
+
+
+def summary_count(held: Iterable[tuple[str | None, int, int | None]]) -> int:
+    """How many held items a quiet period's summary mentions: each is (thread or
+    ``None``, the thread's last message when held, the read position now, ``None``
+    when the person may no longer read it). A thread read up to that message, or
+    no longer readable, is not mentioned; a hint without a thread always is."""
+    count = 0
+    for thread_id, seq, position in held:
+        if thread_id is None or (position is not None and position < seq):
+            count += 1
+    return count
+
+
+def summary_decision(count: int) -> str:
+    """``sent`` when something held is still unread, else ``nothing_unread`` (the
+    label of ``bothy_quiet_summaries_total``): no push at all."""
+    return "sent" if count > 0 else "nothing_unread"
+
+
+def quiet_to_doc(hours: QuietHours) -> dict[str, Any]:
+    """The settings as ``GET /v1/quiet-hours`` answers them and the store keeps them."""
+    return {
+        "time_zone": hours.time_zone,
+        "schedule": [
+            {
+                "days": [d for d in DAYS if d in entry.days],
+                "start": entry.start.strftime("%H:%M"),
+                "end": entry.end.strftime("%H:%M"),
+            }
+            for entry in hours.schedule
+        ],
+        "snooze_until": None
+        if hours.snooze_until is None
+        else hours.snooze_until.isoformat().replace("+00:00", "Z"),
+        "breakthrough": sorted(hours.breakthrough),
+    }
+
+
+def quiet_from_doc(doc: Mapping[str, Any]) -> QuietHours:
+    """The settings of a stored document (written by :func:`quiet_to_doc`, so valid)."""
+    snooze = doc.get("snooze_until")
+    return QuietHours(
+        time_zone=str(doc.get("time_zone", "UTC")),
+        schedule=tuple(
+            QuietEntry(
+                frozenset(e["days"]), time.fromisoformat(e["start"]), time.fromisoformat(e["end"])
+            )
+            for e in doc.get("schedule", ())
+        ),
+        snooze_until=None if snooze is None else datetime.fromisoformat(snooze).astimezone(UTC),
+        breakthrough=frozenset(doc.get("breakthrough", ())),
+    )
+
+
+DEFAULT = QuietHours()
+"""A person who never set quiet hours: UTC, no schedule, no snooze, no breakthrough."""

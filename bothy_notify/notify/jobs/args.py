@@ -17,12 +17,14 @@ from dataclasses import dataclass, fields
 from typing import Any, Self
 
 from bothy_notify.kernel.values import fast_init
-from bothy_notify.store import marks
+from bothy_notify.store import marks, quiet
 
 PUSH_SEND = "notify.push_send"
 GATEWAY_SEND = "notify.gateway_send"
 FLUSH = "notify.flush"
 PUSH_CLEAR = marks.PUSH_CLEAR
+QUIET_SUMMARY = quiet.QUIET_SUMMARY
+PUSH_SUMMARY = "notify.push_summary"
 
 
 class _Args:
@@ -113,3 +115,22 @@ class PushClearArgs(_Args):
     user_id: str
     registration_id: str
     thread_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class QuietSummaryArgs(_Args):
+    """``notify.quiet_summary``: the end of one person's quiet period, queued by
+    :func:`bothy_notify.store.quiet.hold_many` with these args."""
+
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PushSummaryArgs(_Args):
+    """``notify.push_summary``: one registration's summary push; ``nid`` is shared
+    by the summary's pushes to every registration of the person."""
+
+    user_id: str
+    registration_id: str
+    count: int
+    nid: str

@@ -10,7 +10,12 @@ Checks, in one transaction for the whole claimed batch (SPEC section 7):
 4. Release check, only for a delayed push (``release_seq > 0``): the read
    position reached ``release_seq``: skip ``read``. An immediate push reads
    nothing extra, and a delayed push re-evaluates nothing else.
-5. The badge (``push.badge = "unread_threads"``): the unread threads of every
+5. Quiet hours (issue 20): a person in quiet hours, for a category that does not
+   break through (``security`` always does), has the push held, not sent: result
+   ``held``, a row of ``bothy.held_pushes`` and, for the first of the period, the
+   person's ``notify.quiet_summary`` at its end (:mod:`bothy_notify.store.quiet`,
+   :mod:`bothy_notify.notify.jobs.quiet_summary`). One statement for the batch.
+6. The badge (``push.badge = "unread_threads"``): the unread threads of every
    person the batch sends to, in one statement for the batch
    (:func:`bothy_notify.store.unread.badges_of`), so a delayed push carries the
    count of its moment and a send costs no query of its own.
@@ -41,12 +46,15 @@ from bothy_notify.kernel.metrics import Children, Metrics
 from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify import facts
 from bothy_notify.notify.domain import SkipReason, release_delayed
+from bothy_notify.notify.domain.model import BUILTIN_KIND_CATEGORY
+from bothy_notify.notify.domain.quiet import hold_until
 from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs
 from bothy_notify.notify.lifecycle import TokenLifecycle, send_outcome
 from bothy_notify.push.port import Message, Outcome, OutcomeKind, PushMessage, Target
 from bothy_notify.push.registry import Providers
 from bothy_notify.runner import BatchedEffect, Defer, Done, JobResult, Report, retry_or_fail
 from bothy_notify.store import marks
+from bothy_notify.store import quiet as quiet_store
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job
@@ -66,6 +74,25 @@ class _Send:
     args: PushSendArgs
     target: Target
     badge: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Hold:
+    """A push held for its person's quiet period (:func:`hold_until`)."""
+
+    held: quiet_store.Held
+
+
+HELD = "held"
+"""The result of a push held for quiet hours."""
+
+
+_BUILTIN_CATEGORY = {k.value: c for k, c in BUILTIN_KIND_CATEGORY.items()}
+
+
+def _category_default(kind: str) -> str:
+    """A built-in kind's category (a handler built without ``category_of``)."""
+    return _BUILTIN_CATEGORY.get(kind, "messages")
 
 
 def still_active(
@@ -191,9 +218,12 @@ class PushSendHandler:
         metrics: Metrics,
         catalogue_version: Callable[[], str | None] = lambda: None,
         urgency_of: Callable[[str], str] = _DEFAULT_NOTIFY.urgency_of,
+        category_of: Callable[[str], str] = _category_default,
     ) -> None:
         self._db = db
         self._urgency_of = urgency_of
+        self._category_of = category_of
+        self._held = Children(metrics.push_held)
         self._providers = providers
         self._clock = clock
         self._config = config
@@ -221,6 +251,9 @@ class PushSendHandler:
                 if isinstance(plan, SkipReason):
                     self._metrics.skip(plan.value)
                     await report(job, Done(f"skipped_{plan.value}"))
+                elif isinstance(plan, _Hold):
+                    self._held(plan.held.category).inc()
+                    await report(job, Done(HELD, BatchedEffect(quiet_store.hold_many, plan.held)))
                 else:
                     nursery.start_soon(self._send, job, plan, report)
 
@@ -230,10 +263,10 @@ class PushSendHandler:
         parsed: dict[int, PushSendArgs],
         attempts: dict[int, tuple[int, int]],
         now: datetime,
-    ) -> dict[int, _Send | SkipReason]:
+    ) -> dict[int, _Send | _Hold | SkipReason]:
         loaded = regs.load(conn, {a.registration_id for a in parsed.values()})
         reach = facts.reach_now(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
-        plans: dict[int, _Send | SkipReason] = {}
+        plans: dict[int, _Send | _Hold | SkipReason] = {}
         for job_id, a in parsed.items():
             found = still_active(loaded.get(a.registration_id), a.user_id)
             if found is None:
@@ -255,6 +288,7 @@ class PushSendHandler:
                 a,
                 target_of(reg, platform, attempts[job_id]),
             )
+        self._hold_quiet(conn, plans, now)
         if self._config.badge is BadgeMode.UNREAD_THREADS:
             sending = {p.args.user_id for p in plans.values() if isinstance(p, _Send)}
             badges = badges_of(conn, sending)
@@ -262,6 +296,26 @@ class PushSendHandler:
                 if isinstance(plan, _Send):
                     plans[job_id] = _Send(plan.args, plan.target, badges.get(plan.args.user_id, 0))
         return plans
+
+    def _hold_quiet(
+        self, conn: Conn, plans: dict[int, _Send | _Hold | SkipReason], now: datetime
+    ) -> None:
+        """Hold the planned sends of people in quiet hours (step 5)."""
+        docs = quiet_store.docs_of(
+            conn, {p.args.user_id for p in plans.values() if isinstance(p, _Send)}
+        )
+        if not docs:
+            return
+        for job_id, plan in plans.items():
+            if not isinstance(plan, _Send) or plan.args.user_id not in docs:
+                continue
+            a = plan.args
+            category = self._category_of(a.kind)
+            ends_at = hold_until(facts.hours_of(docs[a.user_id]), category, now)
+            if ends_at is not None:
+                plans[job_id] = _Hold(
+                    quiet_store.Held(a.user_id, a.thread_id, a.nid, category, ends_at)
+                )
 
     async def _send(self, job: Job, plan: _Send, report: Report) -> None:
         a = plan.args

@@ -1,0 +1,193 @@
+"""The end of a quiet period: ``notify.quiet_summary`` and its sends (issue 20).
+
+``notify.push_send`` holds the pushes of a person in quiet hours
+(:func:`~bothy_notify.store.quiet.hold_many`); the first hold of a period queues
+one ``notify.quiet_summary`` ``{user_id}`` at the period's end. That job, in one
+transaction:
+
+1. Reads the person's settings now: still quiet (the period was extended, or a
+   new one joined it) -> deferred to the new end, nothing taken.
+2. Takes every held push (:func:`~bothy_notify.store.quiet.take_held`, which
+   also gives the pending summary's key back, so the next hold queues a new one)
+   and counts the threads still unread and still readable
+   (:func:`~bothy_notify.notify.domain.quiet.summary_count`).
+3. Nothing unread -> ``nothing_unread``, no push at all. Else one
+   ``notify.push_summary`` per active registration of the person, all with the
+   same ``nid`` (the webhook's message id), and ``sent``.
+
+``notify.push_summary`` ``{user_id, registration_id, count, nid}`` checks the
+registration as every push job does (:func:`~.push_send.still_active`), reads the
+badge now (one statement per claimed batch) and sends
+:class:`~bothy_notify.push.port.SummaryMessage` ``{"kind": "summary", "count",
+"badge"}`` through :class:`~.push_send.Sending`: the same outcomes, retries and
+token lifecycle as a hint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+
+import trio
+
+from bothy_notify.config import BadgeMode, NotifyConfig, PushConfig
+from bothy_notify.kernel.clock import Clock
+from bothy_notify.kernel.ids import new_id
+from bothy_notify.kernel.metrics import Children, Metrics
+from bothy_notify.notify import facts
+from bothy_notify.notify.domain import SkipReason
+from bothy_notify.notify.domain.quiet import quiet_from_doc, quiet_until, summary_count
+from bothy_notify.notify.domain.quiet import summary_decision as decide_summary
+from bothy_notify.notify.jobs.args import (
+    PUSH_SUMMARY,
+    QUIET_SUMMARY,
+    PushSummaryArgs,
+    QuietSummaryArgs,
+)
+from bothy_notify.notify.jobs.push_send import Sending, still_active, target_of
+from bothy_notify.push.port import SummaryMessage, Target
+from bothy_notify.push.registry import Providers
+from bothy_notify.runner import Defer, Done, Report
+from bothy_notify.store import quiet as quiet_store
+from bothy_notify.store import registrations as regs
+from bothy_notify.store.db import Conn, Database
+from bothy_notify.store.jobs import Job, JobSpec, JobWriter
+from bothy_notify.store.unread import badges_of
+
+STILL_QUIET = "still_quiet"
+"""The defer reason of a summary whose person is quiet again (or still)."""
+
+_DEFAULT_NOTIFY = NotifyConfig()
+
+
+class QuietSummaryHandler:
+    """Runs ``notify.quiet_summary``: the person's held pushes at the end of their
+    quiet period become one summary per registration, or nothing."""
+
+    kind = QUIET_SUMMARY
+
+    def __init__(self, *, db: Database, clock: Clock, config: PushConfig, metrics: Metrics) -> None:
+        self._db = db
+        self._clock = clock
+        self._max_attempts = config.max_attempts
+        self._results = Children(metrics.quiet_summaries)
+
+    def __repr__(self) -> str:
+        return "QuietSummaryHandler()"
+
+    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
+        for job in jobs:
+            user_id = QuietSummaryArgs.from_args(job.args).user_id
+            now = self._clock.now()
+            outcome = await self._db.run(partial(self._close, user_id=user_id, now=now))
+            if isinstance(outcome, datetime):
+                await report(job, Defer(max(outcome - now, _SOON), STILL_QUIET))
+                continue
+            self._results(outcome).inc()
+            await report(job, Done(outcome))
+
+    def _close(self, conn: Conn, user_id: str, now: datetime) -> datetime | str:
+        """Steps 1-3 in the caller's transaction: the new end while still quiet,
+        else the result (``sent`` or ``nothing_unread``)."""
+        doc = quiet_store.doc_of(conn, user_id)
+        if doc is not None:
+            end = quiet_until(quiet_from_doc(doc), now)
+            if end is not None:
+                return end
+        held = quiet_store.take_held(conn, user_id)
+        reach = facts.reach_now(conn, {(user_id, t) for t, _seq in held if t is not None})
+
+        def position(thread_id: str | None) -> int | None:
+            found = reach.get((user_id, thread_id))
+            return found.read_position if found is not None and found.allowed else None
+
+        count = summary_count((t, seq, position(t)) for t, seq in held)
+        result = decide_summary(count)
+        if count > 0:
+            writer = JobWriter(conn, now)
+            nid = new_id()
+            for registration_id in quiet_store.summary_targets(conn, user_id):
+                args = PushSummaryArgs(user_id, registration_id, count, nid)
+                writer.add(JobSpec(PUSH_SUMMARY, args.to_args(), now, self._max_attempts))
+            writer.finish()
+        return result
+
+
+_SOON = timedelta(seconds=1)
+"""The least a still-quiet summary waits (its end is a wall-clock minute)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Summary:
+    args: PushSummaryArgs
+    target: Target
+    badge: int | None = None
+
+
+class PushSummaryHandler:
+    """Runs ``notify.push_summary``: one summary push to one registration;
+    ``urgency_of`` gives the ``summary`` kind's urgency (``low`` by default)."""
+
+    kind = PUSH_SUMMARY
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        providers: Providers,
+        config: PushConfig,
+        metrics: Metrics,
+        urgency_of: Callable[[str], str] = _DEFAULT_NOTIFY.urgency_of,
+    ) -> None:
+        self._db = db
+        self._urgency = str(urgency_of("summary"))
+        self._config = config
+        self._metrics = metrics
+        self.sending = Sending(providers=providers, config=config, metrics=metrics)
+
+    def __repr__(self) -> str:
+        return "PushSummaryHandler()"
+
+    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
+        parsed = {job.id: PushSummaryArgs.from_args(job.args) for job in jobs}
+        attempts = {job.id: (job.attempt, job.max_attempts) for job in jobs}
+        plans = await self._db.run(lambda c: self._check(c, parsed, attempts))
+        async with trio.open_nursery() as nursery:
+            for job in jobs:
+                plan = plans[job.id]
+                if isinstance(plan, SkipReason):
+                    self._metrics.skip(plan.value)
+                    await report(job, Done(f"skipped_{plan.value}"))
+                else:
+                    nursery.start_soon(self._send, job, plan, report)
+
+    def _check(
+        self,
+        conn: Conn,
+        parsed: dict[int, PushSummaryArgs],
+        attempts: dict[int, tuple[int, int]],
+    ) -> dict[int, _Summary | SkipReason]:
+        loaded = regs.load(conn, {a.registration_id for a in parsed.values()})
+        badges: dict[str, int] = {}
+        counting = self._config.badge is BadgeMode.UNREAD_THREADS
+        if counting:
+            badges = badges_of(conn, {a.user_id for a in parsed.values()})
+        plans: dict[int, _Summary | SkipReason] = {}
+        for job_id, a in parsed.items():
+            found = still_active(loaded.get(a.registration_id), a.user_id)
+            if found is None:
+                plans[job_id] = SkipReason.NO_REGISTRATION
+                continue
+            reg, platform = found
+            badge = badges.get(a.user_id, 0) if counting else None
+            plans[job_id] = _Summary(a, target_of(reg, platform, attempts[job_id]), badge)
+        return plans
+
+    async def _send(self, job: Job, plan: _Summary, report: Report) -> None:
+        message = SummaryMessage(plan.args.nid, plan.args.count, plan.badge, self._urgency)
+        outcome = await self.sending.send(job, plan.target, message, report)
+        if outcome is None:
+            return
+        await report(job, self.sending.result_for(job, plan.target, outcome))
