@@ -13,7 +13,10 @@ timeline a newcomer can follow:
 4. the desktop is gone: the phone's push goes out at once;
 5. clear-on-read: the desktop comes back and reads, and the phone, which was
    pushed for the thread, gets one content-free ``read`` push after
-   ``push.clear_delay`` to drop its notification.
+   ``push.clear_delay`` to drop its notification;
+6. a quiet period: alex snoozes (``PUT /v1/quiet-hours``), the desktop's hints
+   say ``quiet: true``, the phone's pushes are held, and when the snooze ends
+   the phone gets one ``summary`` push.
 
 It runs on the real clock with the short delay given on the command line
 (``--delay``, default 3s) and uses the fake push provider, so it needs no
@@ -29,7 +32,7 @@ import secrets
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO
 
 import httpx
@@ -256,7 +259,7 @@ async def _main(
                         scenario = Scenario(line, http, key, fake, daemon, nursery, wait)
                         await scenario.run(addresses.gateway)
                     line.say()
-                    line.say("All five cases behaved as planned. Read docs/protocol.md next.")
+                    line.say("All six cases behaved as planned. Read docs/protocol.md next.")
                     return EXIT_OK
                 except DemoFailed as exc:
                     line.say()
@@ -271,7 +274,7 @@ async def _main(
 
 
 class Scenario:
-    """The five plan cases against a running daemon."""
+    """The six plan cases against a running daemon."""
 
     def __init__(
         self,
@@ -395,7 +398,9 @@ class Scenario:
         nid = await self._active_elsewhere_then_read(desktop)
         await self._not_read(desktop, nid)
         await self._desktop_gone(desktop)
-        await self._cleared_on_read(gateway)
+        desktop = await self._cleared_on_read(gateway)
+        await self._quiet_period(desktop)
+        await desktop.close()
 
     async def _focus(self, desktop: Desktop, threads: list[str]) -> None:
         mark = len(desktop.frames)
@@ -503,7 +508,7 @@ class Scenario:
             " (no delay: no desktop is live)",
         )
 
-    async def _cleared_on_read(self, gateway: str) -> None:
+    async def _cleared_on_read(self, gateway: str) -> Desktop:
         line = self.line
         line.say()
         line.say("5. Alex reads on the desktop: the phone is told to drop its notification")
@@ -531,7 +536,53 @@ class Scenario:
             f" badge={payload.get('badge')} after {time.monotonic() - started:.1f}s"
             f" (clear_delay {format_duration(CLEAR_DELAY)}: drops the notification)",
         )
-        await desktop.close()
+        return desktop
+
+    async def _quiet_period(self, desktop: Desktop) -> None:
+        line = self.line
+        snooze = self.wait * 2 + timedelta(seconds=1)
+        line.say()
+        line.say(
+            f"6. Alex snoozes for {format_duration(snooze)}: hints say quiet, the phone's"
+            " pushes are held, one summary at the end"
+        )
+        until = datetime.now(UTC) + snooze
+        response = await self.http.put(
+            "/v1/quiet-hours",
+            json={"snooze_until": until.isoformat().replace("+00:00", "Z")},
+            headers={"authorization": f"Bearer {self._device('alex-phone', 'ios')}"},
+        )
+        if response.status_code != 200:
+            raise DemoFailed(f"PUT /v1/quiet-hours answered {response.status_code}")
+        line.event("phone", "snoozes (PUT /v1/quiet-hours snooze_until)")
+        sent = len(self.fake.sends)
+        for _ in range(2):
+            mark = len(desktop.frames)
+            await self._decided(await self._sam_writes("design"))
+            hint = await self._hint(desktop, mark)
+            if hint.get("quiet") is not True:
+                raise DemoFailed("a hint to a snoozed person does not say quiet")
+        line.event("desktop", "shows both hints without a sound (quiet: true)")
+        await line.wait(
+            "the snooze runs out", max(0.0, (until - datetime.now(UTC)).total_seconds())
+        )
+
+        def summaries() -> list[dict[str, Any]]:
+            return [s.payload for s in self.fake.sends[sent:] if s.payload.get("kind") == "summary"]
+
+        async def summarised() -> bool:
+            return bool(summaries())
+
+        await self._until(summarised, "the phone got its summary")
+        others = [s.payload for s in self.fake.sends[sent:] if s.payload.get("kind") != "summary"]
+        (payload,) = summaries()
+        if others or payload.get("count") != 1:
+            raise DemoFailed("the phone was pushed during the snooze, or not summarised once")
+        line.event(
+            "phone",
+            f"<- push kind=summary count={payload['count']} badge={payload.get('badge')}"
+            " (held pushes summarised: one thread still unread)",
+        )
 
     async def _job_done(self, job_id: int) -> None:
         async def finished() -> bool:

@@ -8,7 +8,7 @@ from bothy_notify.demo import run_demo
 from tests.harness import make_config
 
 
-def test_the_demo_walks_through_the_five_plan_cases_and_succeeds(database_url: str) -> None:
+def test_the_demo_walks_through_the_six_plan_cases_and_succeeds(database_url: str) -> None:
     out = io.StringIO()
 
     code = run_demo(make_config(), "2s", out, database_url=database_url)
@@ -24,7 +24,10 @@ def test_the_demo_walks_through_the_five_plan_cases_and_succeeds(database_url: s
         "(no delay: no desktop is live)",
         "reads #design up to message 4 (the phone was pushed for it) -> read.ack",
         "<- push kind=read thread_id=design seq=4 badge=0",
-        "All five cases behaved as planned.",
+        "phone    snoozes (PUT /v1/quiet-hours snooze_until)",
+        "shows both hints without a sound (quiet: true)",
+        "<- push kind=summary count=1 badge=1",
+        "All six cases behaved as planned.",
     ):
         assert expected in text, expected
     assert "Unexpected" not in text

@@ -461,3 +461,21 @@ def test_property_coalescing_never_loses_the_last_message_count(
         assert hint.count == newest - read and hint.message_seq == newest
     else:
         assert read >= newest or newest == first
+
+
+# ------------------------------------------------------------------ quiet hours
+
+
+def test_a_quiet_recipient_is_still_decided_the_same_and_the_delivery_is_hushed() -> None:
+    loud = decide(msg(), facts(presence=(live("desk"),)), POLICY, now=NOW)
+    hushed = decide(msg(), facts(presence=(live("desk"),), quiet=True), POLICY, now=NOW)
+    assert isinstance(loud, Delivery) and isinstance(hushed, Delivery)
+    assert hushed.routes == loud.routes  # the phone's push is held at send, not here
+    assert (loud.hushed, hushed.hushed) == (False, True)
+    assert hushed.quiet is loud.quiet  # a push that breaks through still sounds
+
+
+def test_quiet_hours_change_no_skip() -> None:
+    assert decide(msg(), facts(quiet=True, read_position=5), POLICY, now=NOW) == Skip(
+        "alex", SkipReason.READ
+    )

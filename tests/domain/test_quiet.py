@@ -3,12 +3,18 @@ from datetime import UTC, datetime, time
 import pytest
 
 from bothy_notify.notify.domain.quiet import (
+    DEFAULT,
     QuietEntry,
     QuietHours,
     QuietHoursInvalid,
     breaks_through,
+    hold_until,
     parse_quiet_hours,
+    quiet_from_doc,
+    quiet_to_doc,
     quiet_until,
+    summary_count,
+    summary_decision,
 )
 
 WEEK = frozenset({"mon", "tue", "wed", "thu", "fri", "sat", "sun"})
@@ -124,3 +130,83 @@ def test_invalid_body_names_its_field(body, field) -> None:
 
 def test_empty_body_is_the_default() -> None:
     assert parse_quiet_hours({}, NOW, CATS) == QuietHours()
+
+
+NIGHTS = _h("Europe/Berlin", "22:00", "07:00")
+NIGHT = _u("2026-06-01T23:00:00+02:00")
+MORNING = _u("2026-06-02T07:00:00+02:00")
+
+
+@pytest.mark.parametrize(
+    ("hours", "category", "now", "held_until"),
+    [
+        (None, "messages", NIGHT, None),  # never set: never quiet
+        (DEFAULT, "messages", NIGHT, None),
+        (NIGHTS, "messages", NIGHT, MORNING),
+        (NIGHTS, "messages", _u("2026-06-02T12:00:00+02:00"), None),  # not quiet
+        (NIGHTS, "security", NIGHT, None),  # always through
+        (
+            QuietHours("Europe/Berlin", NIGHTS.schedule, None, frozenset({"mentions"})),
+            "mentions",
+            NIGHT,
+            None,
+        ),
+        (
+            QuietHours("Europe/Berlin", NIGHTS.schedule, None, frozenset({"mentions"})),
+            "messages",
+            NIGHT,
+            MORNING,
+        ),
+        (
+            QuietHours(snooze_until=_u("2026-06-01T21:30:00+00:00")),
+            "social",
+            NIGHT,
+            _u("2026-06-01T21:30:00+00:00"),
+        ),
+    ],
+)
+def test_hold_until_is_the_end_of_the_period_or_none_to_send(
+    hours: QuietHours | None, category: str, now: datetime, held_until: datetime | None
+) -> None:
+    assert hold_until(hours, category, now) == held_until
+
+
+@pytest.mark.parametrize(
+    ("held", "count", "decision"),
+    [
+        ([], 0, "nothing_unread"),
+        ([("t1", 5, 4)], 1, "sent"),  # read up to 4 of 5: still unread
+        ([("t1", 5, 5)], 0, "nothing_unread"),  # read up to the held message
+        ([("t1", 5, 9)], 0, "nothing_unread"),  # read past it
+        ([("t1", 5, None)], 0, "nothing_unread"),  # no longer readable: never mentioned
+        ([(None, 0, None)], 1, "sent"),  # a hint without a thread is always mentioned
+        ([("t1", 5, 4), ("t2", 3, 3), ("t3", 1, 0)], 2, "sent"),
+    ],
+)
+def test_a_summary_counts_threads_still_unread_or_is_nothing(
+    held: list[tuple[str | None, int, int | None]], count: int, decision: str
+) -> None:
+    assert summary_count(held) == count
+    assert summary_decision(count) == decision
+
+
+def test_a_stored_document_gives_back_the_same_settings() -> None:
+    hours = parse_quiet_hours(
+        {
+            "time_zone": "America/New_York",
+            "schedule": [{"days": ["sun", "mon"], "start": "21:15", "end": "06:45"}],
+            "snooze_until": "2026-06-01T23:00:00+02:00",
+            "breakthrough": ["mentions"],
+        },
+        NIGHT,
+        frozenset({"mentions", "messages"}),
+    )
+    doc = quiet_to_doc(hours)
+    assert doc == {
+        "time_zone": "America/New_York",
+        "schedule": [{"days": ["mon", "sun"], "start": "21:15", "end": "06:45"}],
+        "snooze_until": "2026-06-01T21:00:00Z",
+        "breakthrough": ["mentions"],
+    }
+    assert quiet_from_doc(doc) == hours
+    assert quiet_to_doc(DEFAULT) == quiet_to_doc(quiet_from_doc({}))
