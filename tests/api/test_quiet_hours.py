@@ -11,9 +11,14 @@ from tests.harness import Launch, Node, device_token, make_config
 
 SOCIAL = make_config(notify={"categories": ["social"]})
 PHONE = device_token("alex", "alex-phone")
-DEFAULT: dict[str, Any] = {"time_zone": "UTC", "schedule": [], "snooze_until": None, "breakthrough": []}
+DEFAULT: dict[str, Any] = {
+    "time_zone": "UTC",
+    "schedule": [],
+    "snooze_until": None,
+    "breakthrough": [],
+}
 WEEKNIGHTS = {"days": ["mon", "tue", "wed", "thu", "fri"], "start": "22:00", "end": "07:00"}
-"""The fake clock starts on Monday 2026-01-05 09:00 UTC."""
+"""Not quiet at the fake clock's start, Monday 2026-01-05 09:00 UTC."""
 
 
 async def put(node: Node, body: Any, token: str = PHONE) -> Any:
