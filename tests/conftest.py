@@ -5,6 +5,7 @@ around every async test (fixtures included)."""
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import shutil
 import tempfile
@@ -42,6 +43,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fn = getattr(item, "obj", None)
         if fn is not None and inspect.iscoroutinefunction(fn):
             item.add_marker(pytest.mark.trio(run=_run_with_deadline))
+
+
+@pytest.fixture(autouse=True)
+def _logging_levels() -> Iterator[None]:
+    """Give every test the log levels it started with: a daemon's reload
+    (``logs.set_level``) and ``setup_logging`` set the root's and ``bothy``'s level
+    for the whole process, and a later test in the same worker would then miss the
+    records it checks for (seen: a warning under a level left at ``error``)."""
+    loggers = [logging.getLogger(), logging.getLogger("bothy")]
+    levels = [logger.level for logger in loggers]
+    yield
+    for logger, level in zip(loggers, levels, strict=True):
+        logger.setLevel(level)
 
 
 @pytest.fixture(scope="session")
