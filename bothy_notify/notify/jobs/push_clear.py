@@ -25,8 +25,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-import trio
-
 from bothy_notify.config import BadgeMode, NotifyConfig, PushConfig
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
@@ -92,29 +90,20 @@ class PushClearHandler:
         parsed = {job.id: PushClearArgs.from_args(job.args) for job in jobs}
         attempts = {job.id: (job.attempt, job.max_attempts) for job in jobs}
         plans = await self._db.run(lambda c: self._check(c, parsed, attempts))
-        async with trio.open_nursery() as nursery:
-            for job in jobs:
-                plan = plans[job.id]
-                if isinstance(plan, SkipReason):
-                    self._metrics.skip(plan.value)
-                    await report(job, Done(f"skipped_{plan.value}"))
-                elif plan is None:
-                    await report(job, Done(UNMARKED))
-                else:
-                    nursery.start_soon(self._send, job, plan, report)
+        await self.sending.run_plans(jobs, plans, report, self._send)
 
     def _check(
         self,
         conn: Conn,
         parsed: dict[int, PushClearArgs],
         attempts: dict[int, tuple[int, int]],
-    ) -> dict[int, _Clear | SkipReason | None]:
+    ) -> dict[int, _Clear | SkipReason | Done]:
         loaded = regs.load(conn, {a.registration_id for a in parsed.values()})
         marked = marks.take_pending(
             conn, {(a.registration_id, a.thread_id) for a in parsed.values()}
         )
         positions = marks.read_positions(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
-        plans: dict[int, _Clear | SkipReason | None] = {}
+        plans: dict[int, _Clear | SkipReason | Done] = {}
         for job_id, a in parsed.items():
             found = still_active(loaded.get(a.registration_id), a.user_id)
             if found is None:
@@ -122,7 +111,7 @@ class PushClearHandler:
                 continue
             marked_at = marked.get((a.registration_id, a.thread_id))
             if marked_at is None:
-                plans[job_id] = None
+                plans[job_id] = Done(UNMARKED)
                 continue
             reg, platform = found
             plans[job_id] = _Clear(

@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 import trio
 
@@ -76,12 +77,8 @@ class _Send:
     badge: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class _Hold:
-    """A push held for its person's quiet period (:func:`hold_until`)."""
-
-    held: quiet_store.Held
-
+P = TypeVar("P")
+"""What a push job's check plans for a job it sends (:meth:`Sending.run_plans`)."""
 
 HELD = "held"
 """The result of a push held for quiet hours."""
@@ -137,11 +134,32 @@ class Sending:
 
     def __init__(self, *, providers: Providers, config: PushConfig, metrics: Metrics) -> None:
         self._providers = providers
+        self._metrics = metrics
         self._sends = Children(metrics.push_sends)
         self.lifecycle = TokenLifecycle(config=config, metrics=metrics)
 
     def __repr__(self) -> str:
         return "Sending()"
+
+    async def run_plans(
+        self,
+        jobs: Sequence[Job],
+        plans: Mapping[int, P | SkipReason | Done],
+        report: Report,
+        send: Callable[[Job, P, Report], Awaitable[None]],
+    ) -> None:
+        """Report each job whose check stopped it (a skip, counted, or a result of
+        its own) and ``send`` the others concurrently, each reporting its own."""
+        async with trio.open_nursery() as nursery:
+            for job in jobs:
+                plan = plans[job.id]
+                if isinstance(plan, SkipReason):
+                    self._metrics.skip(plan.value)
+                    await report(job, Done(f"skipped_{plan.value}"))
+                elif isinstance(plan, Done):
+                    await report(job, plan)
+                else:
+                    nursery.start_soon(send, job, plan, report)
 
     async def send(
         self, job: Job, target: Target, message: Message, report: Report
@@ -245,17 +263,7 @@ class PushSendHandler:
         plans = await self._db.run(
             lambda c: self._check(c, parsed, attempts, now), transaction=False
         )
-        async with trio.open_nursery() as nursery:
-            for job in jobs:
-                plan = plans[job.id]
-                if isinstance(plan, SkipReason):
-                    self._metrics.skip(plan.value)
-                    await report(job, Done(f"skipped_{plan.value}"))
-                elif isinstance(plan, _Hold):
-                    self._held(plan.held.category).inc()
-                    await report(job, Done(HELD, BatchedEffect(quiet_store.hold_many, plan.held)))
-                else:
-                    nursery.start_soon(self._send, job, plan, report)
+        await self.sending.run_plans(jobs, plans, report, self._send)
 
     def _check(
         self,
@@ -263,10 +271,10 @@ class PushSendHandler:
         parsed: dict[int, PushSendArgs],
         attempts: dict[int, tuple[int, int]],
         now: datetime,
-    ) -> dict[int, _Send | _Hold | SkipReason]:
+    ) -> dict[int, _Send | SkipReason | Done]:
         loaded = regs.load(conn, {a.registration_id for a in parsed.values()})
         reach = facts.reach_now(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
-        plans: dict[int, _Send | _Hold | SkipReason] = {}
+        plans: dict[int, _Send | SkipReason | Done] = {}
         for job_id, a in parsed.items():
             found = still_active(loaded.get(a.registration_id), a.user_id)
             if found is None:
@@ -298,7 +306,7 @@ class PushSendHandler:
         return plans
 
     def _hold_quiet(
-        self, conn: Conn, plans: dict[int, _Send | _Hold | SkipReason], now: datetime
+        self, conn: Conn, plans: dict[int, _Send | SkipReason | Done], now: datetime
     ) -> None:
         """Hold the planned sends of people in quiet hours (step 5)."""
         docs = quiet_store.docs_of(
@@ -313,9 +321,9 @@ class PushSendHandler:
             category = self._category_of(a.kind)
             ends_at = hold_until(facts.hours_of(docs[a.user_id]), category, now)
             if ends_at is not None:
-                plans[job_id] = _Hold(
-                    quiet_store.Held(a.user_id, a.thread_id, a.nid, category, ends_at)
-                )
+                self._held(category).inc()
+                held = quiet_store.Held(a.user_id, a.thread_id, a.nid, category, ends_at)
+                plans[job_id] = Done(HELD, BatchedEffect(quiet_store.hold_many, held))
 
     async def _send(self, job: Job, plan: _Send, report: Report) -> None:
         a = plan.args

@@ -30,8 +30,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 
-import trio
-
 from bothy_notify.config import BadgeMode, NotifyConfig, PushConfig
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.ids import new_id
@@ -154,14 +152,7 @@ class PushSummaryHandler:
         parsed = {job.id: PushSummaryArgs.from_args(job.args) for job in jobs}
         attempts = {job.id: (job.attempt, job.max_attempts) for job in jobs}
         plans = await self._db.run(lambda c: self._check(c, parsed, attempts))
-        async with trio.open_nursery() as nursery:
-            for job in jobs:
-                plan = plans[job.id]
-                if isinstance(plan, SkipReason):
-                    self._metrics.skip(plan.value)
-                    await report(job, Done(f"skipped_{plan.value}"))
-                else:
-                    nursery.start_soon(self._send, job, plan, report)
+        await self.sending.run_plans(jobs, plans, report, self._send)
 
     def _check(
         self,
