@@ -246,3 +246,18 @@ async def test_a_second_period_after_a_summary_queues_its_own(launch: Launch) ->
 
     assert [p["count"] for p in phone_pushes(node) if p["kind"] == "summary"] == [1, 1]
     assert len(await node.jobs("notify.quiet_summary")) == 2
+
+
+async def test_a_summary_for_a_person_without_registrations_is_a_skip(launch: Launch) -> None:
+    node, _gateway = await start(launch)
+    await snooze(node, 10)
+    await pushed(node, message("t1", 1))
+    await node.sql("DELETE FROM bothy.push_registrations WHERE token = 'phone-token'")
+
+    await node.advance(10 * 60)
+
+    (summary,) = await node.jobs("notify.quiet_summary")
+    assert summary["state"] == "completed"
+    assert await node.jobs("notify.push_summary") == []
+    assert summaries(node, "sent") == 0
+    assert node.skipped("no_registration") == 1

@@ -13,7 +13,8 @@ transaction:
    (:func:`~bothy_notify.notify.domain.quiet.summary_count`).
 3. Nothing unread -> ``nothing_unread``, no push at all. Else one
    ``notify.push_summary`` per active registration of the person, all with the
-   same ``nid`` (the webhook's message id), and ``sent``.
+   same ``nid`` (the webhook's message id), and ``sent``; with no active
+   registration left, ``skipped_no_registration`` (counted as that skip).
 
 ``notify.push_summary`` ``{user_id, registration_id, count, nid}`` checks the
 registration as every push job does (:func:`~.push_send.still_active`), reads the
@@ -71,6 +72,7 @@ class QuietSummaryHandler:
         self._clock = clock
         self._max_attempts = config.max_attempts
         self._results = Children(metrics.quiet_summaries)
+        self._metrics = metrics
 
     def __repr__(self) -> str:
         return "QuietSummaryHandler()"
@@ -83,12 +85,17 @@ class QuietSummaryHandler:
             if isinstance(outcome, datetime):
                 await report(job, Defer(max(outcome - now, _SOON), STILL_QUIET))
                 continue
+            if isinstance(outcome, SkipReason):
+                self._metrics.skip(outcome.value)
+                await report(job, Done(f"skipped_{outcome.value}"))
+                continue
             self._results(outcome).inc()
             await report(job, Done(outcome))
 
-    def _close(self, conn: Conn, user_id: str, now: datetime) -> datetime | str:
+    def _close(self, conn: Conn, user_id: str, now: datetime) -> datetime | str | SkipReason:
         """Steps 1-3 in the caller's transaction: the new end while still quiet,
-        else the result (``sent`` or ``nothing_unread``)."""
+        else the result (``sent`` or ``nothing_unread``; ``no_registration`` when
+        something is unread but the person has no active registration left)."""
         doc = quiet_store.doc_of(conn, user_id)
         if doc is not None:
             end = quiet_until(quiet_from_doc(doc), now)
@@ -104,9 +111,12 @@ class QuietSummaryHandler:
         count = summary_count((t, seq, position(t)) for t, seq in held)
         result = decide_summary(count)
         if count > 0:
+            targets = quiet_store.summary_targets(conn, user_id)
+            if not targets:
+                return SkipReason.NO_REGISTRATION
             writer = JobWriter(conn, now)
             nid = new_id()
-            for registration_id in quiet_store.summary_targets(conn, user_id):
+            for registration_id in targets:
                 args = PushSummaryArgs(user_id, registration_id, count, nid)
                 writer.add(JobSpec(PUSH_SUMMARY, args.to_args(), now, self._max_attempts))
             writer.finish()
