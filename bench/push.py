@@ -53,10 +53,18 @@ and one of ``--jobs`` ``notify.push_clear`` jobs (clear-on-read: each of a mark
 of its own, so every clear is sent) run in one daemon: the CPU per clear push
 and per push (daemon + PostgreSQL) and their ratio. The stall phase is skipped.
 
+With ``--quiet`` ``--rounds`` alternations of three batches of ``--jobs``
+push_send jobs, each in a fresh daemon: nobody has quiet hours (``none``);
+everybody has quiet hours that do not cover now (``set``: each send reads and
+evaluates them, and sends); everybody is snoozed (``held``: each push is held,
+a row of ``bothy.held_pushes`` and the person's summary queued, nothing sent).
+Reported: the CPU per push of each (daemon + PostgreSQL) and the ratios of
+``set`` and ``held`` to ``none``. The stall phase is skipped.
+
 Usage: .venv/bin/python bench/push.py [--fake nginx|python] [--jobs N] [--bare N]
        [--registrations R] [--concurrency C] [--max-in-flight M] [--stall-seconds S]
        [--profile FILE] [--processes N [--rounds R]] [--provider apns|webpush [--rounds R]]
-       [--badge [--rounds R]] [--clear [--rounds R]]
+       [--badge [--rounds R]] [--clear [--rounds R]] [--quiet [--rounds R]]
 """
 
 from __future__ import annotations
@@ -68,7 +76,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +187,41 @@ def seed_unread(url: str, regs: list[tuple[str, str]]) -> None:
             "INSERT INTO bothy.read_states (user_id, thread_id, last_read_seq) VALUES (%s, %s, 5)",
             [(u, t) for _, u in regs for t in threads[: BADGE_THREADS // 2]],
         )
+
+
+QUIET_MODES = ("none", "set", "held")
+"""``--quiet``'s batches: nobody with quiet hours, everybody's set but not quiet
+now, everybody snoozed."""
+
+
+def set_quiet(url: str, regs: list[tuple[str, str]], mode: str) -> None:
+    """Give every person of ``regs`` the quiet hours of ``mode`` (and drop what an
+    earlier batch held or queued)."""
+    now = datetime.now(UTC)
+    if mode == "set":  # an hour that starts six hours from now: not quiet during the run
+        start = (now + timedelta(hours=6)).strftime("%H:00")
+        end = (now + timedelta(hours=7)).strftime("%H:00")
+        days = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+        doc = {
+            "time_zone": "Europe/Berlin",
+            "schedule": [{"days": days, "start": start, "end": end}],
+            "snooze_until": None,
+            "breakthrough": ["mentions"],
+        }
+    else:
+        snooze = (now + timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+        doc = {"time_zone": "UTC", "schedule": [], "snooze_until": snooze, "breakthrough": []}
+    with psycopg.connect(url) as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM bothy.quiet_hours")
+        cur.execute("DELETE FROM bothy.held_pushes")
+        cur.execute("DELETE FROM bothy.jobs WHERE kind = 'notify.quiet_summary'")
+        if mode != "none":
+            cur.executemany(
+                "INSERT INTO bothy.quiet_hours (user_id, doc, updated_at) VALUES (%s, %s, %s)",
+                [(u, psycopg.types.json.Jsonb(doc), now) for _, u in regs],
+            )
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE bothy.quiet_hours")
 
 
 def insert_jobs(url: str, regs: list[tuple[str, str]], count: int, start: int) -> float:
@@ -741,6 +784,16 @@ async def main_async(args: argparse.Namespace) -> None:
                             print(f"  push.badge = {mode}: {per_push_us(figures):.0f} us/push")
                     report_badge(args, runs)
                     return
+                if args.quiet:
+                    runs = []
+                    for _ in range(args.rounds):
+                        for mode in QUIET_MODES:
+                            await trio.to_thread.run_sync(set_quiet, url, regs, mode)
+                            figures = await pipeline(args, url, fake, pem, regs, stall=False)
+                            runs.append({"quiet": mode, **figures})
+                            print(f"  quiet hours {mode}: {per_push_us(figures):.0f} us/push")
+                    report_quiet(args, runs)
+                    return
                 if args.clear:
                     runs = []
                     for _ in range(args.rounds):
@@ -907,6 +960,43 @@ def report_clear(args: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
     )
 
 
+def report_quiet(args: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
+    """The quiet-hours check's cost: CPU per push with nobody quiet-hours-set,
+    everybody set but not quiet, and everybody held, alternated."""
+    figures: dict[str, tuple[float, float, float]] = {}
+    for mode in QUIET_MODES:
+        group = [r for r in runs if r["quiet"] == mode]
+        daemon = sum(r["cpu"]["own_cpu_us"] for r in group) / len(group)
+        postgres = sum(r["cpu"].get("postgres_cpu_us") or 0.0 for r in group) / len(group)
+        rate = sum(r["pushes_per_s"] for r in group) / len(group)
+        figures[mode] = (daemon, postgres, rate)
+    base = sum(figures["none"][:2])
+    print(f"quiet hours' cost ({args.rounds} alternations of {args.jobs} push_send jobs):")
+    for mode, (daemon, postgres, rate) in figures.items():
+        print(
+            f"  {mode:>4}: {daemon + postgres:.0f} us CPU per push ({daemon:.0f} daemon"
+            f" + {postgres:.0f} PostgreSQL), {rate:,.0f} jobs/s,"
+            f" ratio {(daemon + postgres) / base:.2f}"
+        )
+    print(f"machine: {machine()}")
+    report(
+        "push_quiet",
+        **{
+            f"cpu_us_per_push_{mode}": round(daemon + postgres, 1)
+            for mode, (daemon, postgres, _rate) in figures.items()
+        },
+        **{
+            f"postgres_cpu_us_per_push_{mode}": round(postgres, 1)
+            for mode, (_daemon, postgres, _rate) in figures.items()
+        },
+        ratio_set=round(sum(figures["set"][:2]) / base, 3),
+        ratio_held=round(sum(figures["held"][:2]) / base, 3),
+        rounds=args.rounds,
+        jobs=args.jobs,
+        fake=args.fake,
+    )
+
+
 def report_scaling(
     args: argparse.Namespace,
     bare: float,
@@ -996,7 +1086,17 @@ def main() -> None:
         action="store_true",
         help="the clear push's cost: --rounds alternations of push_send and push_clear batches",
     )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="the quiet-hours check's cost: --rounds alternations of nobody set, set but"
+        " not quiet, and held",
+    )
     args = parser.parse_args()
+    if args.quiet and (
+        args.provider != "apns" or args.processes is not None or args.badge or args.clear
+    ):
+        parser.error("--quiet measures the in-process APNs pipeline (without --badge, --clear)")
     if args.clear and (args.provider != "apns" or args.processes is not None or args.badge):
         parser.error("--clear measures the in-process APNs pipeline (without --badge)")
     if args.badge and (args.provider != "apns" or args.processes is not None):
