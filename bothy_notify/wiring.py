@@ -554,8 +554,7 @@ class Daemon:
             return catalogue.current().version
 
         def category_of(kind: str) -> str:
-            entry = catalogue.current().get(kind)
-            return entry.category if entry is not None else "messages"
+            return catalogue.current().category_of(kind)
 
         gateway_send = GatewaySendHandler(
             db=db,

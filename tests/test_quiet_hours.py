@@ -261,3 +261,21 @@ async def test_a_summary_for_a_person_without_registrations_is_a_skip(launch: La
     assert await node.jobs("notify.push_summary") == []
     assert summaries(node, "sent") == 0
     assert node.skipped("no_registration") == 1
+
+
+async def test_an_app_hint_goes_by_the_category_it_names(launch: Launch) -> None:
+    # The kind is in no catalogue: the category travels with the push job.
+    notify = {**CONFIG["notify"], "categories": ["social", "games"]}
+    node = await launch(config=make_config(notify=notify))
+    await node.append(ev("user.upserted", user_id="alex", kind="human", active=True))
+    await node.register("alex", "alex-phone", "phone-token")
+    until = (node.clock.now() + timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+    await put_quiet(node, {"snooze_until": until, "breakthrough": ["social"]})
+    request = {"recipients": ["alex"], "category": "social", "target_id": "sam"}
+
+    await pushed(node, ev("hint.requested", kind="social:poke", **request))
+    await pushed(node, ev("hint.requested", kind="games:turn", **{**request, "category": "games"}))
+
+    assert [p["kind"] for p in phone_pushes(node)] == ["social:poke"]
+    held = node.metrics.registry.get_sample_value("bothy_push_held_total", {"category": "games"})
+    assert held == 1

@@ -159,6 +159,11 @@ class Catalogue:
         """The entry of ``kind``, or ``None`` when the catalogue does not know it."""
         return next((e for e in self.entries if e.kind == kind), None)
 
+    def category_of(self, kind: str) -> str:
+        """The category of ``kind``; ``messages`` for a kind the catalogue does not know."""
+        entry = self.get(kind)
+        return entry.category if entry is not None else "messages"
+
     def to_json(self) -> dict[str, Any]:
         """The ``GET /v1/catalogue`` answer: ``{"version", "kinds": {code: entry}}``."""
         return {"version": self.version, "kinds": {e.kind: e.to_json() for e in self.entries}}

@@ -93,6 +93,7 @@ def push_jobs(
         "nid": hint.nid,
         "user_id": delivery.user_id,
         "kind": delivery.kind,
+        "category": delivery.category,
         "count": delivery.count,
         "quiet": int(delivery.quiet),
         "due_at": to_unix_micros(scheduled_at),
@@ -297,12 +298,14 @@ class HintJobs:
         for route in delivery.routes:
             if route.via is Via.PUSH:
                 user, kind = self._json(delivery.user_id), self._json(delivery.kind)
+                category = self._json(delivery.category)
                 count, quiet, shared = delivery.count, delivery.quiet, self._shared
                 for registration_id in route.registrations:
                     writer.add_json(
                         self._shape,
-                        b'{"user_id":%s,"kind":%s,"count":%d,"quiet":%d,"registration_id":%s,%s'
-                        % (user, kind, count, quiet, self._json(registration_id), shared),
+                        b'{"user_id":%s,"kind":%s,"category":%s,"count":%d,"quiet":%d,'
+                        b'"registration_id":%s,%s'
+                        % (user, kind, category, count, quiet, self._json(registration_id), shared),
                     )
                 added += len(route.registrations)
                 continue

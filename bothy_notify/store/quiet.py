@@ -46,10 +46,12 @@ class Held:
         return f"Held(category={self.category!r})"
 
 
-def doc_of(conn: Conn, user_id: str) -> dict[str, Any] | None:
-    """The stored settings document of ``user_id`` (``None``: never set)."""
+def doc_of(conn: Conn, user_id: str, *, lock: bool = False) -> dict[str, Any] | None:
+    """The stored settings document of ``user_id`` (``None``: never set); ``lock``
+    holds the row until the caller's commit (a change of the settings waits)."""
     row = conn.execute(
-        "SELECT doc FROM bothy.quiet_hours WHERE user_id = %s", (user_id,)
+        "SELECT doc FROM bothy.quiet_hours WHERE user_id = %s" + (" FOR UPDATE" if lock else ""),
+        (user_id,),
     ).fetchone()
     return dict(row[0]) if row else None
 
@@ -149,24 +151,15 @@ def take_held(conn: Conn, user_id: str) -> list[tuple[str | None, int]]:
     """Remove the person's held pushes and give back their pending summary's key (the
     next hold queues a new one); returns each held (thread_id or ``None``, seq).
 
-    Locks the person's settings row first, so a hold committing meanwhile either
-    came before (and is taken here) or finds no summary pending and queues one.
+    Locks the person's settings row first (if the caller has not), so a hold
+    committing meanwhile either came before (and is taken here) or finds no summary
+    pending and queues one.
     """
-    conn.execute(
-        "UPDATE bothy.quiet_hours SET summary_key = NULL WHERE user_id = %s", (user_id,)
-    )  # the row lock a hold takes first
+    conn.execute("UPDATE bothy.quiet_hours SET summary_key = NULL WHERE user_id = %s", (user_id,))
     rows = conn.execute(
         "DELETE FROM bothy.held_pushes WHERE user_id = %s RETURNING thread_id, seq", (user_id,)
     ).fetchall()
     return [(None if r[0] is None else str(r[0]), int(r[1])) for r in rows]
-
-
-def summary_key_of(conn: Conn, user_id: str) -> str | None:
-    """The key of the person's pending summary, if any."""
-    row = conn.execute(
-        "SELECT summary_key FROM bothy.quiet_hours WHERE user_id = %s", (user_id,)
-    ).fetchone()
-    return None if row is None or row[0] is None else str(row[0])
 
 
 def summary_targets(conn: Conn, user_id: str) -> list[str]:

@@ -78,6 +78,9 @@ class PushSendArgs(_Args):
     message_id: str | None = None
     target_id: str | None = None
     mv: str | None = None
+    category: str | None = None
+    """The category the recipient hears the hint in (quiet hours' breakthrough); a
+    job queued by a release before it existed has none (its kind's, then)."""
 
 
 @fast_init

@@ -46,8 +46,8 @@ from bothy_notify.kernel.clock import Clock, from_unix_micros
 from bothy_notify.kernel.metrics import Children, Metrics
 from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify import facts
+from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.notify.domain import SkipReason, release_delayed
-from bothy_notify.notify.domain.model import BUILTIN_KIND_CATEGORY
 from bothy_notify.notify.domain.quiet import hold_until
 from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs
 from bothy_notify.notify.lifecycle import TokenLifecycle, send_outcome
@@ -77,19 +77,14 @@ class _Send:
     badge: int | None = None
 
 
+_BUILTIN_CATALOGUE = Catalogue.builtin()
+"""Where a handler built without ``category_of`` finds a kind's category."""
+
 P = TypeVar("P")
 """What a push job's check plans for a job it sends (:meth:`Sending.run_plans`)."""
 
 HELD = "held"
 """The result of a push held for quiet hours."""
-
-
-_BUILTIN_CATEGORY = {k.value: c for k, c in BUILTIN_KIND_CATEGORY.items()}
-
-
-def _category_default(kind: str) -> str:
-    """A built-in kind's category (a handler built without ``category_of``)."""
-    return _BUILTIN_CATEGORY.get(kind, "messages")
 
 
 def still_active(
@@ -221,7 +216,10 @@ class PushSendHandler:
 
     ``mv`` is the catalogue version the job carries (fixed when the hint was
     decided); ``catalogue_version`` gives it for a job queued without one.
-    ``urgency_of`` gives a kind's urgency (``[notify.urgency]``).
+    ``urgency_of`` gives a kind's urgency (``[notify.urgency]``). The category a
+    quiet-hours hold goes by is the job's own (the recipient's, fixed when
+    decided: an app hint names its own); ``category_of`` gives it, from the kind
+    catalogue, for a job queued without one.
     """
 
     kind = PUSH_SEND
@@ -236,7 +234,7 @@ class PushSendHandler:
         metrics: Metrics,
         catalogue_version: Callable[[], str | None] = lambda: None,
         urgency_of: Callable[[str], str] = _DEFAULT_NOTIFY.urgency_of,
-        category_of: Callable[[str], str] = _category_default,
+        category_of: Callable[[str], str] = _BUILTIN_CATALOGUE.category_of,
     ) -> None:
         self._db = db
         self._urgency_of = urgency_of
@@ -318,7 +316,7 @@ class PushSendHandler:
             if not isinstance(plan, _Send) or plan.args.user_id not in docs:
                 continue
             a = plan.args
-            category = self._category_of(a.kind)
+            category = a.category or self._category_of(a.kind)
             ends_at = hold_until(facts.hours_of(docs[a.user_id]), category, now)
             if ends_at is not None:
                 self._held(category).inc()

@@ -96,7 +96,9 @@ class QuietSummaryHandler:
         """Steps 1-3 in the caller's transaction: the new end while still quiet,
         else the result (``sent`` or ``nothing_unread``; ``no_registration`` when
         something is unread but the person has no active registration left)."""
-        doc = quiet_store.doc_of(conn, user_id)
+        # Locked: a change of the settings committing meanwhile would find this job
+        # running (not movable) and could make the person quiet again unseen.
+        doc = quiet_store.doc_of(conn, user_id, lock=True)
         if doc is not None:
             end = quiet_until(quiet_from_doc(doc), now)
             if end is not None:
