@@ -312,12 +312,16 @@ class PushSendHandler:
         )
         if not docs:
             return
+        ends: dict[tuple[str, str], datetime | None] = {}  # once per person and category
         for job_id, plan in plans.items():
             if not isinstance(plan, _Send) or plan.args.user_id not in docs:
                 continue
             a = plan.args
             category = a.category or self._category_of(a.kind)
-            ends_at = hold_until(facts.hours_of(docs[a.user_id]), category, now)
+            key = (a.user_id, category)
+            if key not in ends:
+                ends[key] = hold_until(facts.hours_of(docs[a.user_id]), category, now)
+            ends_at = ends[key]
             if ends_at is not None:
                 self._held(category).inc()
                 held = quiet_store.Held(a.user_id, a.thread_id, a.nid, category, ends_at)
