@@ -11,15 +11,14 @@ commit together.
 A job holds its concurrency slot until its result is reported (handed to the
 completer), not until it is recorded: the claim loop claims the next jobs
 while the last ones are being recorded. The jobs claimed and not yet recorded
-are kept apart (``_in_flight``): their leases are renewed, and a shutdown
-records those whose result was reported and gives back the others. The
-results channel (``jobs.concurrency`` deep) bounds how far reporting runs ahead
-of recording.
+are kept apart (``_in_flight``): their leases are renewed and a shutdown gives
+them back, whether their result was reported or not. The results channel
+(``jobs.concurrency`` deep) bounds how far reporting runs ahead of recording.
 
 Claimed jobs keep their lease while they run (a renewal task extends it), so
 only a crashed node's jobs run again. On shutdown the runner stops claiming,
-lets running jobs finish within the drain period, records the results reported
-by then, and gives back the jobs it could not finish, uncounted.
+lets running jobs finish within the drain period, and gives back the jobs it
+could not finish, uncounted.
 
 Fencing: a result applies only to the run that claimed the job. Each claim
 takes the job's next claim number (``Job.claim``), and every write about the
@@ -263,8 +262,6 @@ class JobRunner:
         self._metrics = metrics
         self._finished = Children(metrics.jobs_finished)
         self._in_flight: dict[Fence, Job] = {}
-        self._gathered: list[tuple[Job, JobResult]] = []
-        """Results the completer took from the channel and has not begun recording."""
         """Claimed and not yet recorded: renewed, and given back on shutdown."""
         self._running = 0
         """Claimed and not yet reported: the jobs holding a ``jobs.concurrency`` slot."""
@@ -369,9 +366,8 @@ class JobRunner:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled (or stopped and idle).
 
-        Cancellation: handlers are cancelled; in a shielded cleanup the results
-        already reported are recorded (:meth:`_record_reported`), and the jobs
-        still unfinished are given back (they run again, the attempt uncounted).
+        Cancellation: handlers are cancelled, and jobs not yet recorded are
+        given back in a shielded cleanup (they run again, the attempt uncounted).
         The same happens when the runner fails; its supervisor (``wiring``) then
         starts it again. The ``LISTEN`` and lease-renewal loops are supervised
         on their own: either restarts without disturbing running jobs.
@@ -399,7 +395,6 @@ class JobRunner:
             self.running = False
             self._work = None
             self._running = 0
-            await self._record_reported()
             if self._in_flight:
                 fences = list(self._in_flight)
                 self._in_flight.clear()
@@ -409,25 +404,6 @@ class JobRunner:
                         log.info("gave back unfinished jobs", extra={"jobs": len(fences)})
                     except StoreError:
                         log.warning("could not give back unfinished jobs; their leases will end")
-
-    async def _record_reported(self) -> None:
-        """Record the results reported but not yet recorded when the run ended (a
-        drain period over, a failure): a push that went out must not be given back
-        and sent again. Shielded and bounded, like the give-back after it."""
-        pending, self._gathered = self._gathered, []
-        while True:
-            try:
-                pending.append(self._results_recv.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
-        if not pending:
-            return
-        with trio.CancelScope(shield=True), trio.move_on_after(10):
-            try:
-                await self._record(pending)
-                log.info("recorded results reported before the stop", extra={"jobs": len(pending)})
-            except StoreError:
-                log.warning("could not record results reported before the stop")
 
     @property
     def healthy(self) -> bool:
@@ -564,7 +540,7 @@ class JobRunner:
     async def _complete_loop(self) -> None:
         recv = self._results_recv
         async for first in recv:
-            batch = self._gathered = [first]
+            batch = [first]
             while len(batch) < _COMPLETE_BATCH:
                 try:
                     batch.append(recv.receive_nowait())
@@ -576,16 +552,7 @@ class JobRunner:
                 with trio.move_on_after(_RECORD_LINGER):
                     while len(batch) < _COMPLETE_BATCH:
                         batch.append(await recv.receive())
-            self._gathered = []
-            try:
-                await self._record(batch)
-            except trio.Cancelled:
-                # A stop while recording: the statement may or may not have committed
-                # (a cancelled statement closes its connection). _record_reported
-                # records the batch again; a result that had committed matches no
-                # running row then and changes nothing.
-                self._gathered = batch
-                raise
+            await self._record(batch)
 
     async def _record(self, batch: list[tuple[Job, JobResult]]) -> None:
         try:

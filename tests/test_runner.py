@@ -245,39 +245,6 @@ async def test_shutdown_gives_back_a_job_that_did_not_finish(
     assert [(s, a) for _id, s, a in await states(db)] == [("available", 0)]
 
 
-async def test_a_result_reported_before_the_drain_ended_is_recorded_not_given_back(
-    db: Database, database_url: str, clock: FakeClock
-) -> None:
-    """The drain period ends (the runner is cancelled) while the first result is being
-    recorded and the second waits in the channel: both are recorded, so neither
-    job runs again (a push that went out is not sent twice); the third, never
-    reported, is given back."""
-
-    class ReportsThenStops:
-        kind = "test.work"
-        scope: trio.CancelScope | None = None
-
-        async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
-            first, second, _third = sorted(jobs, key=lambda j: j.id)
-            await report(first, Done("sent"))
-            await report(second, Done("sent"))
-            assert self.scope is not None
-            self.scope.cancel()  # the drain period is over
-            await trio.sleep_forever()
-
-    handler = ReportsThenStops()
-    await insert(db, clock, spec(clock), spec(clock), spec(clock))
-    async with trio.open_nursery() as n:
-        handler.scope = n.cancel_scope
-        await start_runner(n, db, database_url, clock, handler, claim_batch=3)
-        await trio.sleep_forever()
-    assert [(s, a) for _id, s, a in await states(db)] == [
-        ("completed", 1),
-        ("completed", 1),
-        ("available", 0),
-    ]
-
-
 class CheckedAtClaim:
     """A handler whose check runs in the claim's worker-thread call (``ChecksAtClaim``):
     it reads each job's row on the claim's connection; ``fail`` makes the check raise."""
