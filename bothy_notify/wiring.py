@@ -90,14 +90,14 @@ GC_YOUNG_THRESHOLD = 10_000
 generation while the daemon runs (CPython's default is 700). Every collection of
 an older generation walks every object that survived, and a node holding tens of
 thousands of connections has millions: at the default, a reconnect storm spent
-about half its time collecting (``docs/performance.md``, "heartbeat")."""
+much of its time collecting (``docs/performance.md``, "heartbeat")."""
 
 SWITCH_INTERVAL = 0.0005
 """Seconds a thread may hold the GIL while another waits for it (Python's default is
 5 ms), set while a daemon runs. The round, the pools' worker threads and the event
 loop take turns many times per hint; with 5 ms each turn could wait up to 5 ms for
-the GIL. Measured in bench/gateway.py at 200 hints/s: p99 39 ms instead of
-195-295 ms, p50 15 instead of 18-20 ms (docs/performance.md, "gateway")."""
+the GIL, which showed in ``bench/gateway.py``'s hint latency (docs/performance.md,
+"gateway")."""
 
 READINESS_INTERVAL = 5.0
 """Seconds between two refreshes of ``bothy_readiness_check`` (a scrape every 15 s or

@@ -110,7 +110,7 @@ stray large file must not be read into memory at every change."""
 WATCH_INTERVAL = 2.0
 """Seconds between two background refreshes (:meth:`LiveCatalogue.watch`): a bad file
 is logged and counted within this on a node nobody asks, for a directory listing and
-a few ``stat`` calls each time (well under 1 ms for 20 apps)."""
+a few ``stat`` calls each time (``bench/catalogue.py``; docs/performance.md)."""
 RACY_WINDOW_NS = 2_000_000_000
 """A file modified this recently may be written again without its stamp changing
 (timestamp granularity), so its app is read again at the next refresh."""
