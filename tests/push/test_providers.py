@@ -124,3 +124,21 @@ def test_a_providers_own_rules_are_checked_by_its_prepare_naming_the_key(
         table.build(config.push, dev=False)
     assert message in str(caught.value)
 
+
+def test_only_the_key_table_of_the_configuration_names_a_provider() -> None:
+    # A provider's rules live in its prepare: the loader, the overrides and the schema
+    # name no provider and no provider's block (the package re-exports the blocks).
+    def names_a_provider(text: str) -> bool:
+        return any(
+            f'"{name}"' in text
+            or f"{name}settings" in text.lower()
+            or f"{name}config" in text.lower()
+            for name in table.PROVIDER_NAMES
+        )
+
+    naming = sorted(
+        path.name
+        for path in (PACKAGE / "config").glob("*.py")
+        if names_a_provider(path.read_text())
+    )
+    assert naming == ["__init__.py", "keys.py"]
