@@ -11,7 +11,10 @@ The package, from the bottom up (``.importlinter`` holds this order):
 - :mod:`~bothy_notify.config.load`: the loader and its checks (:func:`load`,
   :func:`load_config`, :func:`load_config_text`, :func:`structure_config`);
 - :mod:`~bothy_notify.config.schema`: ``schemas/config.schema.json`` and
-  ``check-config --print``, derived from the keys.
+  ``check-config --print``, derived from the keys;
+- :mod:`~bothy_notify.config.live`: the running configuration behind one
+  handle (:class:`LiveConfig`), and what a reload applies (:data:`RELOADABLE`,
+  :func:`plan_reload`).
 
 The public names of all but ``schema`` are importable from here
 (``from bothy_notify.config import Config``), and so are the words of
@@ -58,6 +61,11 @@ Adding a key (the lead's and everyone's recipe):
 2. ``make schemas`` (writes ``schemas/config.schema.json``).
 3. Document it in ``config/bothy-notify.example.toml`` with its default (a
    test names a key missing there).
+4. A key is applied at the next start, and a reload names it in its
+   ``restart_needed``. To make it reloadable, add it to :data:`RELOADABLE`
+   (``config/live.py``) and have every component that reads it read it through
+   the node's :class:`LiveConfig` at use (or be told by ``Daemon.reload``), and
+   say so in ``docs/operations.md`` ("Reload").
 Its environment variable, its ``--print`` line and its checks come with it.
 
 Porting a key added the old way (a field plus a hand-written schema entry, or a
@@ -111,6 +119,7 @@ from bothy_notify.config.keys import (
     iter_keys,
     provider_apps,
 )
+from bothy_notify.config.live import RELOADABLE, LiveConfig, ReloadPlan, plan_reload
 from bothy_notify.config.load import (
     Loaded,
     changed_keys,
@@ -147,6 +156,7 @@ __all__ = [
     "ENV_PREFIX",
     "FILE",
     "PUBLIC_PUSH_SERVICES",
+    "RELOADABLE",
     "ApnsConfig",
     "ApnsSettings",
     "ApnsStyle",
@@ -167,12 +177,14 @@ __all__ = [
     "KindConfig",
     "Level",
     "LimitsConfig",
+    "LiveConfig",
     "Loaded",
     "LogConfig",
     "LogFormat",
     "LogLevel",
     "NotifyConfig",
     "PushConfig",
+    "ReloadPlan",
     "Role",
     "Secret",
     "ServerConfig",
@@ -191,6 +203,7 @@ __all__ = [
     "load_config_text",
     "parse_duration",
     "parse_listen",
+    "plan_reload",
     "provider_apps",
     "resolve_store_secrets",
     "store_secret_names",
