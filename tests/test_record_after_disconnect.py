@@ -194,3 +194,48 @@ async def test_a_recording_that_cannot_land_keeps_the_lease_until_the_fence_is_l
 async def _true(value: bool) -> bool:
     await trio.lowlevel.checkpoint()
     return value
+
+
+class Holds:
+    """Holds its jobs until ``release`` is set, then reports them done."""
+
+    kind = KIND
+
+    def __init__(self) -> None:
+        self.entered = trio.Event()
+        self.release = trio.Event()
+
+    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
+        self.entered.set()
+        await self.release.wait()
+        for job in jobs:
+            await report(job, Done("delivered"))
+
+
+async def test_a_renewal_that_lost_its_connection_is_tried_again_soon(
+    proxy: CuttingProxy, proxied: Database, database_url: str, clock: FakeClock
+) -> None:
+    lease = timedelta(seconds=15)  # a renewal every 5 s
+    now = clock.now()
+    await proxied.run(lambda c: queue.insert(c, [JobSpec(KIND, {"n": 1}, now, 5)], now))
+    proxy.armed = Cut(b"P", b"SET lease_until", after_answer=False)
+    handler = Holds()
+    runner = make_runner(proxied, database_url, clock, handler, lease, Metrics())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        await handler.entered.wait()
+        clock.advance(timedelta(seconds=1))
+        renewed = f"SELECT lease_until = '{(clock.now() + lease).isoformat()}' FROM bothy.jobs"
+        await wait_for(lambda: _true(proxy.cuts == 1), timeout=15, what="the first renewal cut")
+        cut_at = trio.current_time()
+        # Again within RENEW_RETRY's first waits, not a period (5 s) later.
+        await wait_for(
+            lambda: trio.to_thread.run_sync(lambda: query(database_url, renewed) == (True,)),
+            timeout=3,
+            what="the renewal tried again",
+        )
+        assert trio.current_time() - cut_at < 3
+        handler.release.set()
+        await wait_for(lambda: _true(runner.statistics()["recorded"] == 1), what="the recording")
+        nursery.cancel_scope.cancel()
+    assert runner.lost_leases == 0
