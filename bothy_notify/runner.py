@@ -276,11 +276,13 @@ class JobRunner:
             name="runner",
             reconnect=reconnect_backoff(self._poll),
             catch_up=self._catch_up,
+            timeouts=db.timeouts,
         )
         self._listener = Supervised("runner.listen", self._listen_loop, metrics=metrics)
         self._renewer = Supervised("runner.renew", self._renew_loop, metrics=metrics)
         self._work: trio.Nursery | None = None
         self.running = False
+        self._claim_failing = False
         self._claims = self._claimed = self._records = self._recorded = 0
         self.lost_leases = 0
         """Results dropped because another claim held the job by then (statistics)."""

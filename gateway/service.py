@@ -153,6 +153,7 @@ class Gateway:
             hub=self.hub,
             retry_interval=config.notify.poll_interval,
             node_id=node_id,
+            timeouts=db.timeouts,
         )
         self._reads = ReadListener(
             database_url=database_url,
