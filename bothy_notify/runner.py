@@ -409,8 +409,15 @@ class JobRunner:
 
     @property
     def healthy(self) -> bool:
-        """Running, with its ``LISTEN`` and renewal loops up (``/readyz``)."""
-        return self.running and self._listener.up and self._renewer.up
+        """Running, with its ``LISTEN`` and renewal loops up, its ``LISTEN``
+        connection open and its last claim answered (``/readyz``)."""
+        return (
+            self.running
+            and self._listener.up
+            and self._renewer.up
+            and self._jobs_listener.connected
+            and not self._claim_failing
+        )
 
     async def _claim_loop(self, work: trio.Nursery) -> None:
         kinds = self.kinds
@@ -433,8 +440,10 @@ class JobRunner:
                 )
             except StoreError:
                 log.warning("claiming jobs failed; retrying after the poll interval")
+                self._claim_failing = True
                 await trio.sleep(self._poll)
                 continue
+            self._claim_failing = False
             if jobs:
                 self._claims += 1
                 self._claimed += len(jobs)
