@@ -176,7 +176,7 @@ def chown_tree(path: Path) -> None:
     if not ids:
         return
     for root, dirs, files in os.walk(path):
-        for name in [root, *(Path(root) / d for d in dirs), *(Path(root) / f for f in files)]:
+        for name in [Path(root), *(Path(root) / d for d in dirs), *(Path(root) / f for f in files)]:
             os.chown(name, ids["user"], ids["group"])
 
 

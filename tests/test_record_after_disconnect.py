@@ -26,7 +26,7 @@ import trio
 from bothy_notify.config import JobsConfig
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
-from bothy_notify.runner import Done, JobRunner, Report
+from bothy_notify.runner import Done, JobHandler, JobRunner, Report
 from bothy_notify.store import jobs as queue
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job, JobSpec
@@ -64,7 +64,12 @@ def query(url: str, sql: str) -> tuple[object, ...]:
 
 
 def make_runner(
-    db: Database, url: str, clock: FakeClock, handler: SendsOnce, lease: timedelta, metrics: Metrics
+    db: Database,
+    url: str,
+    clock: FakeClock,
+    handler: JobHandler,
+    lease: timedelta,
+    metrics: Metrics,
 ) -> JobRunner:
     return JobRunner(
         db=db,
