@@ -115,8 +115,14 @@ PACKAGES = {
 BIN_DIR = "/usr/lib/postgresql/15/bin"
 PASSWORDS = {"postgres": "bench-super", "replicator": "bench-repl", "rewinder": "bench-rewind"}
 BOTHY_PASSWORD = "bench-bothy"
+NO_PRIMARY = 180.0
+"""Seconds a fault's window waits for another member to take writes; past it the
+window is reported without a new primary and the run goes on once the cluster is
+whole again."""
 PRE_WINDOW = 5.0
 """Seconds of each fault's window before the fault."""
+STABLE = 15.0
+"""Seconds the cluster must stay whole with the same roles before a fault."""
 SETTLE = 20.0
 """Seconds the window runs on after both nodes are ready again (and at least after
 the new primary's first write), so late hints and stalls show."""
@@ -390,6 +396,23 @@ class Cluster:
 
     def wait_whole(self, timeout: float) -> None:
         wait_until(self.whole, timeout, "the cluster whole (a leader, a sync standby, streaming)")
+
+    def wait_stable(self, timeout: float) -> None:
+        """Whole, with the same leader and synchronous standby, for :data:`STABLE`
+        seconds: Patroni may pick another synchronous standby a few loops after it
+        named one, and a leader killed meanwhile has no standby it may promote."""
+        deadline = time.monotonic() + timeout
+        seen: tuple[str, ...] | None = None
+        since = time.monotonic()
+        while time.monotonic() < deadline:
+            view = self.view() if self.whole() else {}
+            roles = tuple(sorted(f"{n}:{m.get('role')}" for n, m in view.items()))
+            if not roles or roles != seen:
+                seen, since = roles or None, time.monotonic()
+            elif time.monotonic() - since >= STABLE:
+                return
+            time.sleep(0.5)
+        raise RuntimeError("timed out waiting for the cluster whole and stable")
 
     def member(self, name: str) -> Member:
         return next(m for m in self.members if m.name == name)
@@ -728,7 +751,6 @@ def place_leader(cluster: Cluster, name: str) -> None:
     cluster.patronictl("switchover", "--leader", str(leader), "--candidate", name, "--force")
     wait_until(lambda: cluster.leader() == name, 120, f"{name} leading")
     cluster.patronictl("edit-config", "--force", "-s", "synchronous_mode=true")
-    cluster.wait_whole(300)
 
 
 def run_fault(
@@ -741,6 +763,7 @@ def run_fault(
 ) -> Window:
     target = cluster.members[position - 1].name
     place_leader(cluster, target)
+    cluster.wait_stable(300)
     wait_until(sampler.ready, 120, "both nodes ready before the fault")
     time.sleep(PRE_WINDOW)
     view = cluster.view()
@@ -761,20 +784,30 @@ def run_fault(
         raise ValueError(fault)
 
     def new_writes() -> bool:
+        """Another member took a write; or, after a kill, the old one did once Patroni
+        restarted it in place (it may when no synchronous standby may be promoted)."""
         for m in cluster.members:
-            if m.name != old and probe.first_write(m.name, window.fault_at) is not None:
-                window.new = m.name
-                window.writes_at = probe.first_write(m.name, window.fault_at)
+            since = window.fault_at
+            if m.name == old:
+                if fault != "kill":
+                    continue
+                since += 1.0  # the postmaster is dead at once: a later write is a restart
+            first = probe.first_write(m.name, since)
+            if first is not None:
+                window.new, window.writes_at = m.name, first
                 return True
         return False
 
-    wait_until(new_writes, 180, "a new primary taking writes", every=0.05)
-    assert window.writes_at is not None
-    print(
-        f"[{fault} @{position}] {window.new} takes writes"
-        f" {window.writes_at - window.fault_at:.1f} s after the fault",
-        flush=True,
-    )
+    try:
+        wait_until(new_writes, NO_PRIMARY, "a new primary taking writes", every=0.05)
+        assert window.writes_at is not None
+        print(
+            f"[{fault} @{position}] {window.new} takes writes"
+            f" {window.writes_at - window.fault_at:.1f} s after the fault",
+            flush=True,
+        )
+    except RuntimeError:
+        print(f"[{fault} @{position}] no other member took writes in {NO_PRIMARY:g} s", flush=True)
     if fault == "freeze":
         time.sleep(max(0.0, window.fault_at + freeze - time.monotonic()))
         member.signal_all(signal.SIGCONT)
@@ -821,7 +854,7 @@ def analyse(
     desktops: dict[str, Any],
     args: argparse.Namespace,
 ) -> dict[str, Any]:
-    assert window.writes_at is not None
+    since = window.writes_at if window.writes_at is not None else window.fault_at
     mine = [p for p in posts if window.start <= p[2] <= window.end]
     acked = [p for p in mine if p[4] == "200"]
     lost = [p for p in acked if f"m{p[0]}" not in logged]
@@ -842,12 +875,8 @@ def analyse(
         else:
             state, attempt, claim, error = rows[0]
             why[f"claim {claim}, attempt {attempt}, {state}, last error {error}"] += 1
-    ready = {
-        name: ready_after(s, window.writes_at, window.end) for name, s in sampler.samples.items()
-    }
-    gaps_after = [
-        longest_gap(times, window.writes_at, window.end) for times in desktops["arrivals"].values()
-    ]
+    ready = {name: ready_after(s, since, window.end) for name, s in sampler.samples.items()}
+    gaps_after = [longest_gap(times, since, window.end) for times in desktops["arrivals"].values()]
     gaps_outage = [
         longest_gap(times, window.fault_at, window.end) for times in desktops["arrivals"].values()
     ]
@@ -858,7 +887,9 @@ def analyse(
         "position": window.position,
         "old": window.old,
         "new": window.new,
-        "writes_after_s": round(window.writes_at - window.fault_at, 1),
+        "writes_after_s": (
+            None if window.writes_at is None else round(window.writes_at - window.fault_at, 1)
+        ),
         "posts": len(mine),
         "acked": len(acked),
         "lost": len(lost),
@@ -918,6 +949,7 @@ def main() -> None:
     nodes: list[CliNode] = []
     ctx = multiprocessing.get_context("spawn")
     results: list[dict[str, Any]] = []
+    aborted: str | None = None
     try:
         cluster.start()
         print(f"cluster whole in {time.monotonic() - began:.0f} s: leader {cluster.leader()}")
@@ -962,11 +994,16 @@ def main() -> None:
                 flush=True,
             )
             time.sleep(10.0)  # warm up
-            windows = [
-                run_fault(cluster, probe, sampler, fault, position, args.freeze)
-                for position in positions
-                for fault in faults
-            ]
+            windows: list[Window] = []
+            try:
+                for position in positions:
+                    for fault in faults:
+                        windows.append(
+                            run_fault(cluster, probe, sampler, fault, position, args.freeze)
+                        )
+            except RuntimeError as exc:  # the cluster did not come back: report what ran
+                aborted = str(exc)
+                print(f"faults stopped: {aborted}", flush=True)
             ppipe.send("stop")
             posts: list[tuple[int, int, float, float, str]] = ppipe.recv()
             producer.join(60)
@@ -992,6 +1029,7 @@ def main() -> None:
             "acked_lost": sum(1 for p in posts if p[4] == "200" and f"m{p[0]}" not in logged),
             "pushes": sum(sends.values()),
             "drained": drained,
+            "aborted": aborted,
         }
     finally:
         for node in nodes:
@@ -1018,7 +1056,9 @@ def main() -> None:
         "ready_after_s": max(
             (r["ready_after_s"] if r["ready_after_s"] is not None else float("inf"))
             for r in results
-        ),
+        )
+        if results
+        else None,
         "desktop_gap_s": max((r["desktop_gap_s"] for r in results), default=None),
     }
     report("failover", **worst, totals=totals, faults=results, versions=found)
@@ -1081,9 +1121,10 @@ def print_table(results: list[dict[str, Any]]) -> None:
     )
     for r in results:
         ready = "-" if r["ready_after_s"] is None else f"{r['ready_after_s']:.1f}"
+        writes = "-" if r["writes_after_s"] is None else f"{r['writes_after_s']:.1f}"
         print(
-            f"{r['fault']:<11} {r['position']:>3} {r['old']}->{r['new']:<4}"
-            f" {r['writes_after_s']:>6.1f} {r['acked']:>6} {r['lost']:>5}"
+            f"{r['fault']:<11} {r['position']:>3} {r['old']}->{r['new'] or '-':<4}"
+            f" {writes:>6} {r['acked']:>6} {r['lost']:>5}"
             f" {r['pushes_expected']:>7} {r['pushes_missing']:>4} {r['pushes_repeated']:>3}"
             f" {r['posts_503']:>4} {r['posts_failed']:>4} {r['slowest_s']:>8.2f}"
             f" {ready:>6} {r['desktop_gap_s']:>8.1f}/{r['desktop_gap_outage_s']:<8.1f}"

@@ -667,8 +667,9 @@ class JobRunner:
         self, batch: list[tuple[Job, JobResult]], held: set[Fence], now: datetime
     ) -> set[Fence]:
         """Of the finishing results (:class:`Done`, :class:`Fail`) in ``batch`` not
-        in ``held``, those an earlier attempt of this recording committed (empty
-        when the database cannot say now: they then count as lost)."""
+        in ``held``, those an earlier attempt of this recording committed (asked
+        three times at most; empty when the database cannot say: they then count
+        as lost)."""
         finishing = [
             job.fence
             for job, result in batch
@@ -676,12 +677,17 @@ class JobRunner:
         ]
         if not finishing:
             return set()
-        try:
-            return await self._db.run(
-                partial(queue.finished_at, fences=finishing, at=now), transaction=False
-            )
-        except StoreError:
-            return set()
+        retries = RECORD_RETRY.retries()
+        for _ in range(3):  # a pooled connection may still be one the failover broke
+            try:
+                return await self._db.run(
+                    partial(queue.finished_at, fences=finishing, at=now), transaction=False
+                )
+            except StoreUnavailable:
+                await trio.sleep(retries.failed())
+            except StoreError:
+                break
+        return set()
 
     async def _record_alone(self, item: tuple[Job, JobResult]) -> tuple[set[Fence], JobResult]:
         """Record one result; when that fails, record it as :class:`Fail` without its
