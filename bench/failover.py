@@ -503,10 +503,12 @@ class WriteProbe:
 
 
 class ReadySampler:
-    """A thread per Bothy node asks ``/readyz`` every 0.25 s: (time, answered 200)."""
+    """A thread per Bothy node asks ``/readyz`` every 0.25 s: (time, answered 200), and
+    the checks that were false (``"no answer"`` when it did not answer)."""
 
     def __init__(self, nodes: list[CliNode]) -> None:
         self.samples: dict[str, list[tuple[float, bool]]] = {n.name: [] for n in nodes}
+        self.failing: dict[str, dict[float, list[str]]] = {n.name: {} for n in nodes}
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._sample, args=(n,), daemon=True) for n in nodes
@@ -527,9 +529,14 @@ class ReadySampler:
             while not self._stop.is_set():
                 at = time.monotonic()
                 try:
-                    ok = client.get(f"http://{node.api}/readyz").status_code == 200
-                except httpx.HTTPError:
+                    response = client.get(f"http://{node.api}/readyz")
+                    ok = response.status_code == 200
+                    if not ok:
+                        checks = response.json().get("checks", {})
+                        self.failing[node.name][at] = sorted(k for k, v in checks.items() if not v)
+                except (httpx.HTTPError, ValueError):
                     ok = False
+                    self.failing[node.name][at] = ["no answer"]
                 self.samples[node.name].append((at, ok))
                 self._stop.wait(0.25)
 
@@ -876,6 +883,14 @@ def analyse(
             state, attempt, claim, error = rows[0]
             why[f"claim {claim}, attempt {attempt}, {state}, last error {error}"] += 1
     ready = {name: ready_after(s, since, window.end) for name, s in sampler.samples.items()}
+    # What held each node back after the new primary took writes: the checks false in
+    # its samples from then on (how many samples each), and in its last one not ready.
+    held_back: dict[str, Any] = {}
+    for name, failing in sampler.failing.items():
+        after = {t: f for t, f in failing.items() if since <= t <= window.end}
+        if after:
+            counts = Counter(check for f in after.values() for check in f)
+            held_back[name] = {"samples": dict(counts), "last": after[max(after)]}
     gaps_after = [longest_gap(times, since, window.end) for times in desktops["arrivals"].values()]
     gaps_outage = [
         longest_gap(times, window.fault_at, window.end) for times in desktops["arrivals"].values()
@@ -904,6 +919,7 @@ def analyse(
             None if None in ready_values else round(max(v or 0.0 for v in ready_values), 1)
         ),
         "ready_after_by_node": {n: None if v is None else round(v, 1) for n, v in ready.items()},
+        "not_ready_checks": held_back,
         "desktop_gap_s": round(max(gaps_after, default=0.0), 1),
         "desktop_gap_outage_s": round(max(gaps_outage, default=0.0), 1),
         "desktop_closes": len(closes),
@@ -1132,6 +1148,8 @@ def print_table(results: list[dict[str, Any]]) -> None:
         )
         if r["repeated_why"]:
             print(f"            repeated: {r['repeated_why']}")
+        if r["not_ready_checks"]:
+            print(f"            not ready after the new primary: {r['not_ready_checks']}")
 
 
 if __name__ == "__main__":
