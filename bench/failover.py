@@ -1025,6 +1025,7 @@ def main() -> None:
             producer.join(60)
             print(f"load stopped: {len(posts)} POSTs; waiting for the jobs to drain", flush=True)
             drained = drain(url)
+            counted = job_counters(nodes)
             desktops: dict[str, Any] = {"arrivals": {}, "closes": []}
             for pipe in desk_pipes:
                 pipe.send("stop")
@@ -1046,6 +1047,7 @@ def main() -> None:
             "pushes": sum(sends.values()),
             "drained": drained,
             "aborted": aborted,
+            **counted,
         }
     finally:
         for node in nodes:
@@ -1078,6 +1080,21 @@ def main() -> None:
         "desktop_gap_s": max((r["desktop_gap_s"] for r in results), default=None),
     }
     report("failover", **worst, totals=totals, faults=results, versions=found)
+
+
+def job_counters(nodes: list[CliNode]) -> dict[str, dict[str, int]]:
+    """Both nodes' results dropped by the fence (``lost_lease``) by job kind, and jobs
+    rescued at a lease's end by outcome, over the whole run."""
+    lost: Counter[str] = Counter()
+    rescued: Counter[str] = Counter()
+    for node in nodes:
+        with suppress(httpx.HTTPError):
+            for name, value in node.metrics().items():
+                if name.startswith("bothy_jobs_finished_total{") and 'result="lost_lease"' in name:
+                    lost[name.split('kind="', 1)[1].split('"', 1)[0]] += int(value)
+                elif name.startswith("bothy_jobs_rescued_total{"):
+                    rescued[name.split('outcome="', 1)[1].split('"', 1)[0]] += int(value)
+    return {"lost_lease_results": dict(lost), "rescued_jobs": dict(rescued)}
 
 
 def drain(url: str, timeout: float = 180.0) -> bool:
