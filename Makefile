@@ -94,7 +94,7 @@ bench: $(STAMP)
 ## failover: bench/failover.py: a three-node Patroni cluster (etcd, PostgreSQL 15, installed
 ## with apt-get when missing, as root) under load, and a killed, a switched-over and a frozen
 ## leader at each position of the multi-host URL (docs/operations.md, "High availability").
-## About 20 minutes on 2 cores; not part of CI (see bench/results/2026-12-05-failover.md).
+## About 17 minutes on 2 cores; not part of CI (see bench/results/2026-12-05-failover.md).
 failover: $(STAMP)
 	$(PY) bench/failover.py
 
