@@ -24,8 +24,8 @@ test: $(STAMP) lint typecheck install-check client-test unit
 
 ## lint: ruff, and the import-linter contracts of .importlinter (docs/architecture.md's layers)
 lint: $(STAMP)
-	$(VENV)/bin/ruff check bothy_notify gateway tests bench
-	$(VENV)/bin/ruff format --check bothy_notify gateway tests bench
+	$(VENV)/bin/ruff check bothy_notify gateway testkit tests bench
+	$(VENV)/bin/ruff format --check bothy_notify gateway testkit tests bench
 	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)

@@ -20,6 +20,7 @@ import trio
 import trustme
 
 from bothy_notify.auth import mint_token
+from testkit.daemon import DaemonFailed
 from tests.faults.conftest import DaemonFactory
 from tests.faults.world import (
     append,
@@ -207,7 +208,7 @@ async def test_a_full_scenario_logs_no_ids_tokens_urls_or_secrets(
         ),
         log_file=tmp_path / "crash.log",
     )
-    with pytest.raises(AssertionError, match="exited with"):
+    with pytest.raises(DaemonFailed, match="exited with"):
         await crashed.start(timeout=60)
     assert "the database cannot be reached" in crashed.log_text()
 
