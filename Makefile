@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= config/dev.toml
 
-.PHONY: run test lint typecheck unit contract install-check client-test browser bench migrate demo schemas clean
+.PHONY: run test lint typecheck unit contract install-check client-test browser bench soak migrate demo schemas clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -86,9 +86,16 @@ migrate: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/bothy-notify demo --config $(CONFIG)
 
-## bench: every benchmark, each alone
+## bench: every benchmark, each alone, but the soak (bench/soak.py: a long run of its own,
+## `make soak`)
 bench: $(STAMP)
-	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in bench/[!_]*.py; do \
+		[ "$$b" = bench/soak.py ] && continue; \
+		echo "== $$b"; $(PY) $$b || exit 1; done
+
+## soak: memory over a long run of two nodes (bench/soak.py; minutes as its --help says)
+soak: $(STAMP)
+	$(PY) bench/soak.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

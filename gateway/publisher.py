@@ -27,6 +27,7 @@ from __future__ import annotations
 from functools import partial
 
 from bothy_notify.kernel.ephemeral import EphemeralEvent
+from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.store.db import Database
 from gateway import queries
 from gateway.connection import Connection
@@ -58,11 +59,13 @@ class HubPublisher:
     Args:
         hub: the connections.
         db: for the read-access check of thread events.
+        instrument: told of every event whose frame was queued.
     """
 
-    def __init__(self, *, hub: Hub, db: Database) -> None:
+    def __init__(self, *, hub: Hub, db: Database, instrument: Instrument | None = None) -> None:
         self._hub = hub
         self._db = db
+        self._instrument = instrument
 
     def __repr__(self) -> str:
         return "HubPublisher()"
@@ -95,4 +98,6 @@ class HubPublisher:
                 queued += 1
             else:
                 self._hub.count_dropped(DROP_QUEUE_FULL)
+        if queued and self._instrument is not None:
+            self._instrument.frame_published(event.payload)
         return queued

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import tomlkit
 import trio
@@ -122,6 +122,11 @@ class DaemonProcess:
     def api_url(self) -> str:
         return f"http://{self.api}"
 
+    @property
+    def name(self) -> str:
+        """The configuration file's name without its suffix (``a`` for ``a.toml``)."""
+        return self.config_file.stem
+
     # -- start ----------------------------------------------------------------------
 
     def launch(self) -> None:
@@ -170,13 +175,17 @@ class DaemonProcess:
         self.api, self.gateway = self.ready["api"], self.ready["gateway"]
         return True
 
-    async def start(self, *, timeout: float = START_TIMEOUT) -> DaemonProcess:
+    async def start(self, *, timeout: float = START_TIMEOUT) -> Self:
         """Start the process and wait until it serves (at most ``timeout`` seconds).
 
         Raises:
             DaemonFailed: it exited first, or did not serve in time (then it is killed).
         """
         self.launch()
+        return await self.wait_serving(timeout=timeout)
+
+    async def wait_serving(self, *, timeout: float = START_TIMEOUT) -> Self:
+        """Wait until the launched process serves (see :meth:`start`)."""
         with trio.move_on_after(timeout):
             while not self.serving():
                 await trio.sleep(POLL)
@@ -184,9 +193,13 @@ class DaemonProcess:
         await self._killed()
         raise DaemonFailed(f"the daemon did not serve within {timeout:g} s:\n{self.log_tail()}")
 
-    def start_sync(self, *, timeout: float = START_TIMEOUT) -> DaemonProcess:
+    def start_sync(self, *, timeout: float = START_TIMEOUT) -> Self:
         """:meth:`start` for plain (non-Trio) code."""
         self.launch()
+        return self.wait_serving_sync(timeout=timeout)
+
+    def wait_serving_sync(self, *, timeout: float = START_TIMEOUT) -> Self:
+        """:meth:`wait_serving` for plain (non-Trio) code."""
         deadline = time.monotonic() + timeout
         while not self.serving():
             if time.monotonic() > deadline:
@@ -260,7 +273,7 @@ class DaemonProcess:
         assert self.process is not None
         self.process.wait(KILL_TIMEOUT)
 
-    def __enter__(self) -> DaemonProcess:
+    def __enter__(self) -> Self:
         return self.start_sync()
 
     def __exit__(

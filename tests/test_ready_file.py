@@ -20,6 +20,18 @@ UNREACHABLE = "postgresql://nobody@127.0.0.1:9/nothing"
 """A database nobody answers for (the discard port): ``run`` fails after its start."""
 
 
+def names_with(part: str, directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if part in p.name)
+
+
+def daemon(database_url: str, tmp_path: Path, *args: str) -> DaemonProcess:
+    return DaemonProcess(
+        config_file=write_config(tmp_path / "node.toml", database_url),
+        log_file=tmp_path / "node.log",
+        args=args,
+    )
+
+
 def one_shot(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``bothy-notify run ARGS`` to its end (it fails before serving), bounded."""
     return subprocess.run(
@@ -35,59 +47,53 @@ def one_shot(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_the_ready_file_gives_the_bound_addresses_and_is_removed_at_exit(
     database_url: str, tmp_path: Path
 ) -> None:
-    daemon = DaemonProcess(
-        config_file=write_config(tmp_path / "node.toml", database_url),
-        log_file=tmp_path / "node.log",
-    )
-    await daemon.start(timeout=60)
+    node = await daemon(database_url, tmp_path).start(timeout=60)
     try:
-        assert daemon.ready_file is not None
-        document = json.loads(daemon.ready_file.read_text(encoding="utf-8"))
+        assert node.ready_file is not None
+        document = json.loads(node.ready_file.read_text(encoding="utf-8"))
         assert document == {
-            "api": daemon.api,
-            "gateway": daemon.gateway,
+            "api": node.api,
+            "gateway": node.gateway,
             "role": "all",
             "processes": 1,
-            "pid": daemon.pid,
+            "pid": node.pid,
             "version": __version__,
         }
-        assert not daemon.api.endswith(":0") and daemon.gateway is not None
+        assert not node.api.endswith(":0") and node.gateway is not None
         async with httpx.AsyncClient(timeout=10) as http:
-            assert (await http.get(f"http://{daemon.api}/healthz")).status_code == 200
-        host, _, port = daemon.gateway.rpartition(":")
+            assert (await http.get(f"http://{node.api}/healthz")).status_code == 200
+        host, _, port = node.gateway.rpartition(":")
         with trio.fail_after(10):
             stream = await trio.open_tcp_stream(host, int(port))
         await stream.aclose()
         # Written whole, by rename: no temporary file is left beside it.
-        assert sorted(p.name for p in tmp_path.glob("*ready*")) == [daemon.ready_file.name]
+        assert names_with("ready", tmp_path) == [node.ready_file.name]
     finally:
-        code = await daemon.stop()
+        code = await node.stop()
     assert code == 0
-    assert not daemon.ready_file.exists()
-    assert "bothy-notify running (role all)" in daemon.log_text()  # the line for people stays
+    assert not node.ready_file.exists()
+    assert "bothy-notify running (role all)" in node.log_text()  # the line for people stays
 
 
 async def test_with_node_processes_the_parent_writes_it_for_all_of_them(
     database_url: str, tmp_path: Path
 ) -> None:
-    daemon = DaemonProcess(
-        config_file=write_config(tmp_path / "node.toml", database_url),
-        log_file=tmp_path / "node.log",
-        args=("--processes", "2"),
-    )
-    await daemon.start(timeout=120)
+    node = await daemon(database_url, tmp_path, "--processes", "2").start(timeout=120)
     try:
-        assert daemon.ready["processes"] == 2
-        assert daemon.ready["pid"] == daemon.pid  # the parent: the process to signal
-        assert daemon.ready["role"] == "all"
+        assert node.ready["processes"] == 2
+        assert node.ready["pid"] == node.pid  # the parent: the process to signal
+        assert node.ready["role"] == "all"
         async with httpx.AsyncClient(timeout=10) as http:
-            metrics = (await http.get(f"http://{daemon.api}/metrics")).text
-        # Every node process serves the shared port's /metrics by then.
-        assert "bothy_" in metrics
+            metrics = (await http.get(f"http://{node.api}/metrics")).text
+        # Every node process is up by then: each shows its round's holder gauge.
+        holders = [
+            line for line in metrics.splitlines() if line.startswith("bothy_consumer_holder{")
+        ]
+        assert len({line.split('pid="')[1].split('"')[0] for line in holders}) == 2, holders
     finally:
-        code = await daemon.stop(timeout=60)
+        code = await node.stop(timeout=60)
     assert code == 0
-    assert daemon.ready_file is not None and not daemon.ready_file.exists()
+    assert node.ready_file is not None and not node.ready_file.exists()
 
 
 def test_a_stale_ready_file_is_removed_at_the_start_and_none_is_written_on_failure(

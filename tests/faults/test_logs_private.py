@@ -21,6 +21,7 @@ import trustme
 
 from bothy_notify.auth import mint_token
 from testkit.daemon import DaemonFailed
+from testkit.fakes.webhook import SIGNING_KEY, WebhookReceiver
 from tests.faults.conftest import DaemonFactory
 from tests.faults.world import (
     append,
@@ -32,7 +33,6 @@ from tests.faults.world import (
 from tests.gateway.client import GatewayClient, identify
 from tests.harness import TEST_KEY, device_token, producer_token
 from tests.procs import DaemonProcess, write_config
-from tests.push.webhook_receiver import SIGNING_KEY, WebhookReceiver
 
 pytestmark = pytest.mark.slow
 
