@@ -59,7 +59,7 @@ class HubPublisher:
     Args:
         hub: the connections.
         db: for the read-access check of thread events.
-        instrument: told of every event whose frame was queued.
+        instrument: told of every event whose frame is about to be queued.
     """
 
     def __init__(self, *, hub: Hub, db: Database, instrument: Instrument | None = None) -> None:
@@ -90,6 +90,8 @@ class HubPublisher:
                 return 0
         text = encode(event.to_frame())
         appended = event.appended_at.timestamp() if event.appended_at is not None else None
+        if self._instrument is not None:  # before the offers: one may write at once
+            self._instrument.frame_published(event.payload)
         queued = 0
         for conn in self._hub.live_connections(event.audience):
             if not admits(event, conn):
@@ -98,6 +100,4 @@ class HubPublisher:
                 queued += 1
             else:
                 self._hub.count_dropped(DROP_QUEUE_FULL)
-        if queued and self._instrument is not None:
-            self._instrument.frame_published(event.payload)
         return queued

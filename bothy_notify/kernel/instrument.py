@@ -32,7 +32,7 @@ hook                        when
 ``round_handed_over``       the round's result is back in the Trio thread
 ``jobs_claimed``            a runner's claim returned these jobs (arguments)
 ``jobs_dispatched``         jobs were handed to their handler (arguments)
-``frame_published``         the gateway queued an event's frame for connections (payload)
+``frame_published``         the gateway queues an event's frame for connections (payload)
 ``frame_written``           a frame was written to a client's socket (its text)
 ==========================  ===============================================================
 """
@@ -74,7 +74,8 @@ class Instrument:
         """Jobs with these arguments were handed to their handler."""
 
     def frame_published(self, payload: Mapping[str, Any]) -> None:
-        """The gateway queued the frame of an event with this payload."""
+        """The gateway is about to queue the frame of an event with this payload (to
+        connections of its audience that it admits)."""
 
     def frame_written(self, text: str) -> None:
         """A frame was written to a client's socket."""
