@@ -258,7 +258,7 @@ reasons = st.one_of(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(code=close_codes, reason=reasons, cuts=st.lists(st.integers(0, 200), max_size=4))
 def test_close_payloads_of_every_code_and_reason_are_judged_as_wsproto_judges_them(
     code: int, reason: bytes, cuts: list[int]
@@ -325,7 +325,7 @@ def damaged(text: str, how: str, at: int) -> bytes:
     return data[:at] + bad[how] + data[at:]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     text=utf8_texts,
     how=damage,
