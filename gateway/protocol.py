@@ -36,13 +36,16 @@ bucket counts frames as they are read, in :class:`gateway.frames.FrameFilter`.
 
 A frame is malformed when it is not strict JSON: ``NaN`` and ``Infinity``,
 numbers beyond a double, a member named twice (readers disagree on which one
-counts), and nesting too deep to parse are all refused, like invalid UTF-8 in
-a text frame (checked by :mod:`gateway.transport`).
+counts), and nesting too deep to parse are all refused. Invalid UTF-8 never
+gets here: :mod:`gateway.frames` refuses it with 1007.
 
 Beyond SPEC section 8 the gateway adds the op ``reauth`` (a fresh token for
 the same person, device, platform and kind moves the connection's expiry;
 answered by ``reauth.ack``), the close code 4008 (a limit on connections:
 see :class:`CloseCode`) and the WebSocket code 1011 for a server error.
+What breaks the WebSocket layer itself closes with RFC 6455's codes, not 4003:
+1002 for bytes that break the framing, 1007 for text (or a close reason) that
+is not UTF-8, 1009 for a message over ``sync.max_frame_bytes``.
 
 :func:`decode_client_frame` turns one received message into a :class:`ClientOp`
 or raises :class:`~gateway.errors.ProtocolViolation`; the ``*_frame``
@@ -75,9 +78,12 @@ class Phase(enum.StrEnum):
 
 
 class CloseCode(enum.IntEnum):
-    """Close codes of SPEC section 8, ``OVER_LIMIT`` (4008), ours, and 1011::
+    """Close codes of SPEC section 8, ``OVER_LIMIT`` (4008), ours, and RFC 6455's::
 
         1001  SHUTDOWN       the node shuts down
+        1002  FRAMING        the client's bytes broke RFC 6455's framing
+        1007  INVALID_TEXT   a text message or a close reason that is not UTF-8
+        1009  TOO_BIG        a message over sync.max_frame_bytes
         1011  SERVER_ERROR   the server failed to serve an op (the database is
                              unreachable, say); reconnect with backoff
         4001  AUTH           bad identify or reauth token; the token expired
@@ -98,6 +104,9 @@ class CloseCode(enum.IntEnum):
     """
 
     SHUTDOWN = 1001
+    FRAMING = 1002
+    INVALID_TEXT = 1007
+    TOO_BIG = 1009
     SERVER_ERROR = 1011
     AUTH = 4001
     PROTOCOL = 4003
@@ -123,7 +132,9 @@ MALFORMED = Close(CloseCode.PROTOCOL, "malformed frame")
 UNKNOWN_OP = Close(CloseCode.PROTOCOL, "unknown op")
 NOT_IDENTIFIED = Close(CloseCode.PROTOCOL, "identify first")
 ALREADY_IDENTIFIED = Close(CloseCode.PROTOCOL, "already identified")
-FRAME_TOO_LARGE = Close(CloseCode.PROTOCOL, "frame too large")
+FRAME_TOO_LARGE = Close(CloseCode.TOO_BIG, "frame too large")
+FRAMING_BROKEN = Close(CloseCode.FRAMING, "websocket protocol error")
+INVALID_TEXT = Close(CloseCode.INVALID_TEXT, "invalid utf-8")
 BAD_FOCUS = Close(CloseCode.PROTOCOL, "invalid focus")
 BAD_READ = Close(CloseCode.PROTOCOL, "invalid read")
 IDENTIFY_TIMEOUT = Close(CloseCode.PROTOCOL, "identify timeout")

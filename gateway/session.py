@@ -57,6 +57,7 @@ from gateway import queries
 from gateway.connection import Connection, Outbound
 from gateway.errors import (
     FrameTooLarge,
+    FramingError,
     ProtocolViolation,
     Throttled,
     TooManyFrames,
@@ -70,6 +71,8 @@ from gateway.protocol import (
     AUTH_FAILED,
     DEACTIVATED,
     FRAME_TOO_LARGE,
+    FRAMING_BROKEN,
+    INVALID_TEXT,
     PING,
     REVOKED,
     SERVER_ERROR,
@@ -79,6 +82,7 @@ from gateway.protocol import (
     TOO_MANY_UNIDENTIFIED,
     WRITE_STALLED,
     ClientOp,
+    CloseCode,
     Focus,
     Identify,
     Read,
@@ -271,6 +275,10 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
                 hub.close(conn, exc.close)
             except FrameTooLarge:
                 hub.close(conn, FRAME_TOO_LARGE)
+            except FramingError as exc:
+                hub.close(
+                    conn, INVALID_TEXT if exc.code == CloseCode.INVALID_TEXT else FRAMING_BROKEN
+                )
             except TooManyFrames:
                 ctx.rate_limited()
                 settings = ctx.settings
