@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gateway.protocol import Close
+    from gateway.closes import Close
 
 
 class GatewayError(Exception):

@@ -54,6 +54,21 @@ from bothy_notify.auth import AuthError, DeviceClaims, TokenVerifier
 from bothy_notify.store.db import Database, StoreError
 from bothy_notify.store.marks import Clearing
 from gateway import queries
+from gateway.closes import (
+    AUTH_FAILED,
+    DEACTIVATED,
+    FRAME_TOO_LARGE,
+    FRAMING_BROKEN,
+    INVALID_TEXT,
+    REVOKED,
+    SERVER_ERROR,
+    SHUTDOWN,
+    TOO_MANY_FOR_PERSON,
+    TOO_MANY_FRAMES,
+    TOO_MANY_UNIDENTIFIED,
+    WRITE_STALLED,
+    CloseCode,
+)
 from gateway.connection import Connection, Outbound
 from gateway.errors import (
     FrameTooLarge,
@@ -68,21 +83,8 @@ from gateway.hub import Hub
 from gateway.identifies import IdentifyBatches
 from gateway.limits import Cooldowns
 from gateway.protocol import (
-    AUTH_FAILED,
-    DEACTIVATED,
-    FRAME_TOO_LARGE,
-    FRAMING_BROKEN,
-    INVALID_TEXT,
     PING,
-    REVOKED,
-    SERVER_ERROR,
-    SHUTDOWN,
-    TOO_MANY_FOR_PERSON,
-    TOO_MANY_FRAMES,
-    TOO_MANY_UNIDENTIFIED,
-    WRITE_STALLED,
     ClientOp,
-    CloseCode,
     Focus,
     Identify,
     Read,

@@ -24,10 +24,10 @@ import sys
 
 import trio
 
+from gateway.closes import FRAME_TOO_LARGE, FRAMING_BROKEN, INVALID_TEXT, CloseCode
 from gateway.errors import FrameTooLarge, FramingError, TransportClosed
 from gateway.frames import OP_BINARY, frame
 from gateway.limits import PendingConnections
-from gateway.protocol import FRAME_TOO_LARGE, FRAMING_BROKEN, INVALID_TEXT, CloseCode
 from gateway.transport import Transport, WebSocketTransport, serve_websockets
 
 PATH = "/"
