@@ -540,6 +540,10 @@ class GatewayClient:
         else:
             await self.send_frame(client_frame(message, opcode=OPCODE_BINARY))
 
+    async def send_text_bytes(self, payload: bytes) -> None:
+        """One text frame of ``payload`` as it is, UTF-8 or not (a hostile client)."""
+        await self.send_frame(client_frame(payload))
+
     async def _send_close(self, code: int | None) -> None:
         self._close_sent = True
         payload = close_payload(code) if code is not None else b""
