@@ -124,7 +124,7 @@ def _object(node: Node) -> Check:
 
 
 def _unknown(v: dict[Any, Any], allowed: frozenset[str]) -> Refusal:
-    nameable = [k for k in v if k not in allowed and _NAMEABLE.search(k)]
+    nameable = [k for k in v if k not in allowed and isinstance(k, str) and _NAMEABLE.search(k)]
     if nameable:
         return Refusal((min(nameable),), Problem.UNKNOWN_FIELD)
     return _REFUSED[Problem.UNKNOWN_FIELD]
