@@ -93,11 +93,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import itertools
 
-from bench._common import CliNode, machine, report
-from bench._daemon import KEY, add_code_argument, daemon_env
-from bench._wsclient import PING, Closed, RawGateway
+from bench._common import machine, report
+from bench._daemon import KEY, BenchDaemon, add_code_argument, daemon_env
 from bothy_notify.auth import mint_token
 from bothy_notify.store.migrate import migrate
+from testkit.daemon import write_settings
+from testkit.ws import PING, Closed, GatewayClient, ProtocolError
 
 TTL = 20
 """Patroni's ``ttl``: a leader that stops renewing its key loses it after this many
@@ -506,7 +507,7 @@ class ReadySampler:
     """A thread per Bothy node asks ``/readyz`` every 0.25 s: (time, answered 200), and
     the checks that were false (``"no answer"`` when it did not answer)."""
 
-    def __init__(self, nodes: list[CliNode]) -> None:
+    def __init__(self, nodes: list[BenchDaemon]) -> None:
         self.samples: dict[str, list[tuple[float, bool]]] = {n.name: [] for n in nodes}
         self.failing: dict[str, dict[float, list[str]]] = {n.name: {} for n in nodes}
         self._stop = threading.Event()
@@ -524,7 +525,7 @@ class ReadySampler:
     def ready(self) -> bool:
         return all(s and s[-1][1] for s in self.samples.values())
 
-    def _sample(self, node: CliNode) -> None:
+    def _sample(self, node: BenchDaemon) -> None:
         with httpx.Client(timeout=3) as client:
             while not self._stop.is_set():
                 at = time.monotonic()
@@ -544,7 +545,7 @@ class ReadySampler:
 # -- Bothy -----------------------------------------------------------------------------
 
 
-def bothy_node(name: str, workdir: Path, url: str, env: dict[str, str]) -> CliNode:
+def bothy_node(name: str, workdir: Path, url: str, env: dict[str, str]) -> BenchDaemon:
     config = "\n".join(
         [
             "[server]",
@@ -570,7 +571,12 @@ def bothy_node(name: str, workdir: Path, url: str, env: dict[str, str]) -> CliNo
             'level = "warning"',
         ]
     )
-    return CliNode(name, workdir, config + "\n", {"BOTHY_BENCH_DATABASE": url, **env})
+    return BenchDaemon(
+        config_file=write_settings(workdir / f"{name}.toml", config + "\n"),
+        log_file=workdir / f"{name}.log",
+        env={"BOTHY_BENCH_DATABASE": url, **env},
+        cwd=workdir,
+    )
 
 
 def backend_token() -> str:
@@ -687,20 +693,19 @@ def desktop_process(pipe: Connection, gateway: str, users: list[str]) -> None:
 async def _desktops(pipe: Connection, gateway: str, users: list[str]) -> None:
     """Each desktop identifies, pings at the hello's interval, reads its hints and
     reconnects when closed: its hints' arrival times and its disconnections."""
-    host, _, port = gateway.rpartition(":")
     arrivals: dict[str, list[float]] = {u: [] for u in users}
     closes: list[tuple[str, float, str]] = []
 
-    async def heartbeat(ws: RawGateway, every: float) -> None:
+    async def heartbeat(ws: GatewayClient, every: float) -> None:
         while True:
             await trio.sleep(every)
-            await ws.send(PING)
+            await ws.send_frame(PING)
 
     async def desktop(user: str) -> None:
         token = user_token(user, f"{user}-desktop", "linux")
         while True:
             try:
-                ws = await RawGateway.open(host, int(port))
+                ws = await GatewayClient.open(gateway)
             except (OSError, Closed):
                 closes.append((user, time.monotonic(), "refused"))
                 await trio.sleep(0.5)
@@ -712,8 +717,9 @@ async def _desktops(pipe: Connection, gateway: str, users: list[str]) -> None:
                     while True:
                         if (await ws.op()).get("type") == "notification.created":
                             arrivals[user].append(time.monotonic())
-            except Closed as exc:
-                closes.append((user, time.monotonic(), str(exc.code)))
+            except (Closed, ProtocolError) as exc:
+                code = exc.code if isinstance(exc, Closed) else "protocol"
+                closes.append((user, time.monotonic(), str(code)))
                 await trio.sleep(0.5)
             finally:
                 await ws.aclose()
@@ -962,7 +968,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="bothy-failover-"))
     os.chmod(workdir, 0o755)
     cluster = Cluster(workdir)
-    nodes: list[CliNode] = []
+    nodes: list[BenchDaemon] = []
     ctx = multiprocessing.get_context("spawn")
     results: list[dict[str, Any]] = []
     aborted: str | None = None
@@ -979,9 +985,9 @@ def main() -> None:
             migrate(conn)
         nodes = [bothy_node(name, workdir, url, daemon_env(args)) for name in ("a", "b")]
         for node in nodes:
-            node.start()
+            node.launch()
         for node in nodes:
-            node.wait_serving()
+            node.wait_serving_sync()
         seed(nodes[0].api, args)
         probe = WriteProbe(cluster.members)
         probe.start()
@@ -1051,7 +1057,7 @@ def main() -> None:
         }
     finally:
         for node in nodes:
-            node.stop()
+            node.stop_sync()
         cluster.stop()
         if args.keep:
             print(f"kept {workdir}")
@@ -1082,7 +1088,7 @@ def main() -> None:
     report("failover", **worst, totals=totals, faults=results, versions=found)
 
 
-def job_counters(nodes: list[CliNode]) -> dict[str, dict[str, int]]:
+def job_counters(nodes: list[BenchDaemon]) -> dict[str, dict[str, int]]:
     """Both nodes' results dropped by the fence (``lost_lease``) by job kind, and jobs
     rescued at a lease's end by outcome, over the whole run."""
     lost: Counter[str] = Counter()
