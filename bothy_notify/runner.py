@@ -183,6 +183,10 @@ RECORD_RETRY = Backoff(initial=0.05, cap=5.0)
 """Recording results while the database is unreachable: soon at first (most losses
 are a moment's), then no more than every 5 s."""
 
+CHECK_ATTEMPTS = 8
+"""Attempts to ask whether a recording cut off had committed (:data:`RECORD_RETRY`'s
+waits between them: about 6 s in all)."""
+
 RENEW_RETRY = Backoff(initial=0.25, cap=2.0)
 """Renewing leases after a renewal failed (the connection broke, or the server did not
 answer): again soon rather than a period later, so a failover that takes most of a
@@ -682,8 +686,8 @@ class JobRunner:
     ) -> set[Fence]:
         """Of the finishing results (:class:`Done`, :class:`Fail`) in ``batch`` not
         in ``held``, those an earlier attempt of this recording committed (asked
-        three times at most; empty when the database cannot say: they then count
-        as lost)."""
+        :data:`CHECK_ATTEMPTS` times at most; empty when the database cannot say:
+        they then count as lost)."""
         finishing = [
             job.fence
             for job, result in batch
@@ -691,8 +695,12 @@ class JobRunner:
         ]
         if not finishing:
             return set()
+        # Right after a failover the pool may still hold connections the failover broke,
+        # and while the database counts as unreachable only one caller a second tries
+        # it (Database.run): ask for a few seconds (RECORD_RETRY: 50 ms doubling, about
+        # 6 s in all) before counting these results as lost.
         retries = RECORD_RETRY.retries()
-        for _ in range(3):  # a pooled connection may still be one the failover broke
+        for _ in range(CHECK_ATTEMPTS):
             try:
                 return await self._db.run(
                     partial(queue.finished_at, fences=finishing, at=now), transaction=False
