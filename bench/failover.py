@@ -694,6 +694,7 @@ async def _desktops(pipe: Connection, gateway: str, users: list[str]) -> None:
     """Each desktop identifies, pings at the hello's interval, reads its hints and
     reconnects when closed: its hints' arrival times and its disconnections."""
     arrivals: dict[str, list[float]] = {u: [] for u in users}
+    received: Counter[tuple[str, str]] = Counter()  # (desktop, message) -> hints
     closes: list[tuple[str, float, str]] = []
 
     async def heartbeat(ws: GatewayClient, every: float) -> None:
@@ -715,8 +716,11 @@ async def _desktops(pipe: Connection, gateway: str, users: list[str]) -> None:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(heartbeat, ws, heartbeat_ms / 1000)
                     while True:
-                        if (await ws.op()).get("type") == "notification.created":
+                        frame = await ws.op()
+                        if frame.get("type") == "notification.created":
                             arrivals[user].append(time.monotonic())
+                            message = frame.get("payload", {}).get("message_id")
+                            received[(user, str(message))] += 1
             except (Closed, ProtocolError) as exc:
                 code = exc.code if isinstance(exc, Closed) else "protocol"
                 closes.append((user, time.monotonic(), str(code)))
@@ -729,7 +733,8 @@ async def _desktops(pipe: Connection, gateway: str, users: list[str]) -> None:
             nursery.start_soon(desktop, user)
         await trio.to_thread.run_sync(pipe.recv)
         nursery.cancel_scope.cancel()
-    pipe.send({"arrivals": arrivals, "closes": closes})
+    repeated = [[user, message, n] for (user, message), n in received.items() if n > 1]
+    pipe.send({"arrivals": arrivals, "closes": closes, "repeated": repeated})
 
 
 # -- the faults ------------------------------------------------------------------------
@@ -929,6 +934,7 @@ def analyse(
         "desktop_gap_s": round(max(gaps_after, default=0.0), 1),
         "desktop_gap_outage_s": round(max(gaps_outage, default=0.0), 1),
         "desktop_closes": len(closes),
+        "desktop_hints_repeated": sum(n - 1 for _, m, n in desktops["repeated"] if m in messages),
     }
 
 
@@ -1032,12 +1038,13 @@ def main() -> None:
             print(f"load stopped: {len(posts)} POSTs; waiting for the jobs to drain", flush=True)
             drained = drain(url)
             counted = job_counters(nodes)
-            desktops: dict[str, Any] = {"arrivals": {}, "closes": []}
+            desktops: dict[str, Any] = {"arrivals": {}, "closes": [], "repeated": []}
             for pipe in desk_pipes:
                 pipe.send("stop")
                 got = pipe.recv()
                 desktops["arrivals"].update(got["arrivals"])
                 desktops["closes"] += got["closes"]
+                desktops["repeated"] += got["repeated"]
         sampler.stop()
         probe.stop()
         logged, jobs = primary_facts(url)
@@ -1156,7 +1163,7 @@ def fake_sends(workdir: Path) -> tuple[Counter[tuple[str, str]], dict[str, str]]
 def print_table(results: list[dict[str, Any]]) -> None:
     print(
         "fault       pos old->new  writes  acked  lost  pushes miss rep  503 fail"
-        "  slowest  ready  gap(after/outage)  closes"
+        "  slowest  ready  gap(after/outage)  closes hints-rep"
     )
     for r in results:
         ready = "-" if r["ready_after_s"] is None else f"{r['ready_after_s']:.1f}"
@@ -1167,7 +1174,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
             f" {r['pushes_expected']:>7} {r['pushes_missing']:>4} {r['pushes_repeated']:>3}"
             f" {r['posts_503']:>4} {r['posts_failed']:>4} {r['slowest_s']:>8.2f}"
             f" {ready:>6} {r['desktop_gap_s']:>8.1f}/{r['desktop_gap_outage_s']:<8.1f}"
-            f" {r['desktop_closes']:>6}"
+            f" {r['desktop_closes']:>6} {r['desktop_hints_repeated']:>4}"
         )
         if r["repeated_why"]:
             print(f"            repeated: {r['repeated_why']}")
