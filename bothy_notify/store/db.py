@@ -271,8 +271,11 @@ class Database:
         probe = self._may_try()
         try:
             rows = await self.direct.query(name, sql, params)
-        except StoreUnavailable:
-            self._unreachable(started)
+        except StoreUnavailable as exc:
+            # A statement the server refused (cancelled in time, or a write refused as
+            # read-only: the next connection goes to the new primary) says it answers.
+            if not isinstance(exc.__cause__, StatementError):
+                self._unreachable(started)
             raise
         finally:
             if probe:

@@ -30,7 +30,7 @@ from bothy_notify.store.db import (
     StoreUnavailable,
     connect_dedicated,
 )
-from bothy_notify.store.listen import Listener, Listening, reconnect_backoff
+from bothy_notify.store.listen import Listener, Listening, delivering, reconnect_backoff
 from gateway.hub import Hub
 from gateway.service import build_gateway
 from gateway.shared_presence import SharedPresencePublisher
@@ -452,3 +452,32 @@ async def end_other_sessions(url: str) -> None:
             conn.close()
 
     await trio.to_thread.run_sync(end)
+
+
+async def test_a_listener_waiting_to_reconnect_tries_at_once_when_another_connection_gets_through(
+    pg_url: str, nursery: trio.Nursery
+) -> None:
+    """After a failover the first connection of the process to reach the new primary
+    (a pool's, say) ends every listener's backoff: they need not wait up to its cap."""
+    backoff = 60.0
+    listener = Listener(
+        pg_url,
+        ["bothy_frozen_test"],
+        name="test",
+        reconnect=reconnect_backoff(backoff),
+        timeouts=BOUNDS,
+    )
+    await nursery.start(listener.run, delivering(lambda _: None))
+    assert listener.statistics().connections == 1
+    await end_other_sessions(pg_url)  # the listener's session among them
+    with trio.fail_after(5):
+        while listener.statistics().reconnect_wait is None:
+            await trio.sleep(0.01)
+    assert listener.statistics().reconnect_wait == backoff
+
+    conn = await trio.to_thread.run_sync(partial(connect_dedicated, pg_url))
+    conn.close()
+
+    with trio.fail_after(5):
+        while listener.statistics().connections < 2:
+            await trio.sleep(0.01)
