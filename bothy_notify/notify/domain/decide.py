@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from bothy_notify.config import Level
+from bothy_notify.kernel.results import SkipReason
 from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify.domain.model import (
     DESKTOP_PLATFORMS,
@@ -47,7 +48,6 @@ from bothy_notify.notify.domain.model import (
     RecipientFacts,
     Route,
     Skip,
-    SkipReason,
     Via,
     Window,
 )
