@@ -112,7 +112,8 @@ class PushKind(Protocol[A, P]):
     """One kind of push job: only what is its own (see the module docstring).
 
     A kind may subclass this protocol to take the defaults of :meth:`delivered`
-    and :meth:`route` (nothing of its own).
+    and :meth:`route` (nothing of its own) and a repr that shows nothing of its
+    configuration.
     """
 
     kind: str
@@ -134,6 +135,9 @@ class PushKind(Protocol[A, P]):
     def message(self, plan: P) -> Message:
         """The message a planned job sends."""
         ...
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
 
     def delivered(self, plan: P) -> BatchedEffect | None:
         """What a delivery writes in place of the lifecycle's effect (which it must

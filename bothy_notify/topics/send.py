@@ -110,9 +110,6 @@ class TopicPush(PushKind[TopicSendArgs, TopicSend]):
     def __init__(self, *, config: PushConfig) -> None:
         self._config = config
 
-    def __repr__(self) -> str:
-        return "TopicPush()"
-
     def parse(self, args: Mapping[str, Any]) -> TopicSendArgs | None:
         return TopicSendArgs.from_args(args)
 

@@ -73,14 +73,8 @@ class ReadClearPush(PushKind[PushClearArgs, ClearSend]):
         self._config = config
         self._urgency = str(urgency_of("read"))
 
-    def __repr__(self) -> str:
-        return "ReadClearPush()"
-
     def parse(self, args: Mapping[str, Any]) -> PushClearArgs | None:
-        try:
-            return PushClearArgs.from_args(args)
-        except TypeError:
-            return None
+        return PushClearArgs.parse(args)
 
     def plan(
         self, conn: Conn, claimed: Sequence[tuple[Job, PushClearArgs]], now: datetime

@@ -112,14 +112,8 @@ class HintPush(PushKind[PushSendArgs, HintSend]):
         self._urgency_of = urgency_of
         self._category_of = category_of
 
-    def __repr__(self) -> str:
-        return "HintPush()"
-
     def parse(self, args: Mapping[str, Any]) -> PushSendArgs | None:
-        try:
-            return PushSendArgs.from_args(args)
-        except TypeError:
-            return None
+        return PushSendArgs.parse(args)
 
     def plan(
         self, conn: Conn, claimed: Sequence[tuple[Job, PushSendArgs]], now: datetime

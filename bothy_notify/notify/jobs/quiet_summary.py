@@ -159,14 +159,8 @@ class SummaryPush(PushKind[PushSummaryArgs, SummarySend]):
         self._config = config
         self._urgency = str(urgency_of("summary"))
 
-    def __repr__(self) -> str:
-        return "SummaryPush()"
-
     def parse(self, args: Mapping[str, Any]) -> PushSummaryArgs | None:
-        try:
-            return PushSummaryArgs.from_args(args)
-        except TypeError:
-            return None
+        return PushSummaryArgs.parse(args)
 
     def plan(
         self, conn: Conn, claimed: Sequence[tuple[Job, PushSummaryArgs]], now: datetime
