@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= config/dev.toml
 
-.PHONY: run test lint typecheck unit contract install-check client-test browser bench migrate demo schemas clean
+.PHONY: run test lint typecheck unit contract autobahn install-check client-test browser bench migrate demo schemas clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,14 @@ unit: $(STAMP)
 contract: $(STAMP)
 	$(PY) -m pytest -q -s tests/contract
 
+## autobahn: the Autobahn testsuite's fuzzing client, sections 1-7 (framing, pings, reserved
+## bits, opcodes, fragmentation, UTF-8, closing), against an echo server on the gateway's own
+## transport and frame code (tests/gateway/compliance). wstest is Python 2.7 only: it is
+## installed pinned into .autobahn/py2 (needs a Python 2.7, e.g. pyenv's). Not part of `test`;
+## the same cases run as a table test in `unit` (tests/gateway/compliance/test_autobahn_cases.py)
+autobahn: $(STAMP)
+	$(PY) -m tests.gateway.compliance.autobahn
+
 ## install-check: build the sdist and the wheel, install the wheel without extras in a fresh
 ## virtualenv, and from another directory run check-config, run (embedded PostgreSQL), one
 ## append over HTTP, SIGTERM, and the demo (tests/install/smoke.py)
@@ -76,9 +84,9 @@ browser:
 		else echo "browser: chromium is missing and cannot be installed here (not root or no apt-get)"; fi; }
 
 ## schemas: write schemas/config.schema.json from the configuration's definitions
-## (bothy_notify/config.py; a test fails while the file differs)
+## (bothy_notify/config/keys.py; a test fails while the file differs)
 schemas: $(STAMP)
-	$(PY) -m bothy_notify.config_schema schemas/config.schema.json
+	$(PY) -m bothy_notify.config.schema schemas/config.schema.json
 
 migrate: $(STAMP)
 	$(VENV)/bin/bothy-notify migrate --config $(CONFIG)
@@ -91,5 +99,5 @@ bench: $(STAMP)
 	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .autobahn
 	rm -rf $(CLIENT)/node_modules $(CLIENT)/dist $(CLIENT)/build

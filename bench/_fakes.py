@@ -1,9 +1,9 @@
 """The two fake APNs servers the push benchmarks run against, each in its own process.
 
 - ``python``: ``tests/push/fake_apns.py`` (h2 on Trio), which checks every request
-  the way Apple does (the provider JWT's signature, path, headers, body). About
-  half a millisecond of CPU per request: a correctness fake, and a ceiling near
-  2,000 requests/s on one core.
+  the way Apple does (the provider JWT's signature, path, headers, body). It costs
+  more CPU per request than the clients it serves: a correctness fake, whose own
+  ceiling a fast client reaches.
 - ``nginx``: nginx from Debian's packages with HTTP/2 and TLS, answering every
   ``POST /3/device/<hex token>`` with an APNs-shaped 200 that echoes the
   request's ``apns-id`` (or a made-up one), every ``POST /wp/<id>`` with a Web

@@ -62,7 +62,7 @@ from bench._scale import (
     print_explained,
     seed_scale,
 )
-from bothy_notify.config import structure_config
+from bothy_notify.config import LiveConfig, structure_config
 from bothy_notify.kernel.clock import SystemClock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import NoPresence
@@ -184,7 +184,7 @@ def run_round(
     )
     consumer = ConsumerRound(
         database_url=url,
-        config=config,
+        config=LiveConfig(config),
         clock=SystemClock(),
         presence=NoPresence(),
         live=FailClosedRoutes(),

@@ -14,9 +14,9 @@
     connections.
 (c) The same at ten times the rate (``--high-rate``, 2,000 hints/s by
     default, for ``--high-seconds``), the producers appending ``--high-batch``
-    events per statement (10: one ``append_event`` per event costs PostgreSQL
-    about 0.25-0.45 ms here, so 2,000 single appends a second would take most
-    of a core before anything is decided); every event of a statement counts
+    events per statement (10: 2,000 single ``append_event`` statements a second
+    would take most of PostgreSQL's core before anything is decided; see
+    docs/performance.md, "gateway"); every event of a statement counts
     from the moment the statement returned. Target: p99 <= 100 ms.
 
 For (b) and (c) the CPU each hint cost is printed too: this process (the

@@ -1,8 +1,8 @@
 """Benchmark: HTTP/2 clients for APNs, each in a bare loop against the fake APNs servers.
 
 For each fake (``nginx``: C speed, checks the path only; ``python``:
-``tests/push/fake_apns.py``, checks everything and costs about 0.5 ms per
-request) and each client, ``--concurrency`` Trio tasks post ``--requests`` of
+``tests/push/fake_apns.py``, checks everything and costs more per request than a
+client) and each client, ``--concurrency`` Trio tasks post ``--requests`` of
 the provider's exact APNs requests (headers, body, a real ES256 provider JWT)
 over one TLS connection:
 

@@ -4,7 +4,7 @@ The fake APNs runs in its own process (``bench/_fakes.py``): ``--fake nginx``
 (the default: nginx with HTTP/2 and TLS answering APNs-shaped 200s at C speed,
 installed from Debian's packages when missing) or ``--fake python``
 (``tests/push/fake_apns.py``, which checks every request the way Apple does
-and costs about 0.5 ms of CPU per request). In one run:
+and costs more CPU per request than the client). In one run:
 
 1. bare: a loop of ``--concurrency`` tasks posting the provider's exact
    requests to the same fake with the same client the provider uses

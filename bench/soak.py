@@ -20,7 +20,7 @@ Reported: RSS per node every minute (as it goes), the growth from the end of the
 ``--warmup`` minutes to the end in % (target: <= 5 %) and its slope (MB/min,
 least squares over the minutes after the warm-up), and per node the top
 ``tracemalloc`` growers between the two (SIGUSR2 at the warm-up's end and at the
-end). Tracing costs memory of its own (about a fifth more RSS); ``--no-trace``
+end). Tracing costs memory of its own (a larger RSS); ``--no-trace``
 runs without it, for the RSS figures alone.
 
 Usage: .venv/bin/python bench/soak.py [--minutes 30] [--warmup 5] [--rate 20]

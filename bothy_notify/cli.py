@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
                 file=out,
             )
         if args.print_config:
-            from bothy_notify.config_schema import render_effective
+            from bothy_notify.config.schema import render_effective
 
             print(f"{note}sources: file, environment BOTHY_NOTIFY__..., default\n", file=out)
             out.write(render_effective(loaded))

@@ -210,17 +210,17 @@ _RECORD_LINGER = 0.01
 """Seconds the recorder waits for more results when several are already queued; a
 lone result is recorded at once. Fewer, larger transactions keep the worker threads
 from contending with the event loop at high rates, but runner slots stay taken
-until their job is recorded: at 2,000+ pushes/s 50 ms cost a fifth of the
-throughput for no CPU saved, 10 ms does not (bench/push.py, docs/performance.md)."""
+until their job is recorded: at high push rates a 50 ms wait cost throughput for no
+CPU saved, this one does not (``bench/push.py``)."""
 
 
 CLAIMED_ROOM = 4
 """Jobs handed over already claimed (the round's local gateway hints) may fill up to
 this many times ``jobs.concurrency``: they are published in memory within a turn of
 the loop, and what keeps them in flight is the recording of their results. A round
-at 2,000 hints/s hands over ~500 at once; bounded by ``jobs.concurrency`` alone,
-the next round's hints went to the claim loop (two more queries and three thread
-hops each: twice the CPU per hint, bench/gateway.py). The claim loop still claims
+at a high hint rate hands over hundreds at once; bounded by ``jobs.concurrency``
+alone, the next round's hints went to the claim loop (two more queries and three
+thread hops each, more CPU per hint in ``bench/gateway.py``). The claim loop still claims
 only while fewer than ``jobs.concurrency`` are in flight."""
 
 

@@ -30,7 +30,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, Protocol, TextIO
 
@@ -47,8 +47,9 @@ from bothy_notify.config import (
     ClusterMode,
     Config,
     ConfigError,
+    LiveConfig,
     Role,
-    changed_keys,
+    plan_reload,
     resolve_store_secrets,
     store_secret_names,
 )
@@ -92,14 +93,14 @@ GC_YOUNG_THRESHOLD = 10_000
 generation while the daemon runs (CPython's default is 700). Every collection of
 an older generation walks every object that survived, and a node holding tens of
 thousands of connections has millions: at the default, a reconnect storm spent
-about half its time collecting (``docs/performance.md``, "heartbeat")."""
+much of its time collecting (``docs/performance.md``, "heartbeat")."""
 
 SWITCH_INTERVAL = 0.0005
 """Seconds a thread may hold the GIL while another waits for it (Python's default is
 5 ms), set while a daemon runs. The round, the pools' worker threads and the event
 loop take turns many times per hint; with 5 ms each turn could wait up to 5 ms for
-the GIL. Measured in bench/gateway.py at 200 hints/s: p99 39 ms instead of
-195-295 ms, p50 15 instead of 18-20 ms (docs/performance.md, "gateway")."""
+the GIL, which showed in ``bench/gateway.py``'s hint latency (docs/performance.md,
+"gateway")."""
 
 READINESS_INTERVAL = 5.0
 """Seconds between two refreshes of ``bothy_readiness_check`` (a scrape every 15 s or
@@ -257,7 +258,9 @@ class Daemon:
         migrate: bool = True,
         notifier: Notifier | None = None,
     ) -> None:
-        self.config = config
+        self.live = LiveConfig(config)
+        """The running configuration: every component that reads a reloadable key
+        reads it here at use (:mod:`bothy_notify.config.live`)."""
         self._notifier = notifier or Notifier(None)
         self._reuse_port = reuse_port
         self._migrate = migrate
@@ -292,6 +295,11 @@ class Daemon:
         return f"Daemon(role={self.config.server.role.value!r})"
 
     @property
+    def config(self) -> Config:
+        """The configuration in use now (``self.live.current``)."""
+        return self.live.current
+
+    @property
     def catalogue(self) -> Catalogue:
         """The kind catalogue in use, as of its last refresh (no IO)."""
         return self.live_catalogue.current()
@@ -302,32 +310,33 @@ class Daemon:
 
     async def reload(self, config: Config) -> tuple[str, ...]:
         """Take in what a reload changes (SIGHUP; ``docs/operations.md``, "Reload"):
-        ``log.level``, and the kind catalogue: ``notify.kinds``,
-        ``notify.categories`` and every file of ``notify.kinds_dir``, read again now.
+        the keys of :data:`~bothy_notify.config.live.RELOADABLE`: ``log.level``, and
+        ``notify.kinds`` and ``notify.categories`` for the kind catalogue, the HTTP
+        API (app hints, preferences, quiet hours' breakthrough, the OpenAPI
+        document), the consumer round, the flush job and the admin replay at once;
+        every file of ``notify.kinds_dir`` is read again now.
 
         ``config`` is the configuration loaded again (with this node's own
-        overrides applied). Returns the other keys that differ from the running
+        overrides applied). Returns every other key that differs from the running
         configuration: they take effect at the next start.
 
         Raises:
             ConfigError: the new ``notify.kinds`` is invalid; nothing changed.
         """
-        await trio.to_thread.run_sync(self.live_catalogue.reconfigure, config.notify)
-        set_level(config.log)
-        running = self.config
-        self.config = replace(
-            running,
-            notify=replace(
-                running.notify, kinds=config.notify.kinds, categories=config.notify.categories
-            ),
-            log=replace(running.log, level=config.log.level),
-        )
-        later = tuple(changed_keys(self.config, config))
+        plan = plan_reload(self.live.current, config)
+        # The catalogue first: it is the one part that can refuse the new values.
+        await trio.to_thread.run_sync(self.live_catalogue.reconfigure, plan.config.notify)
+        self.live.swap(plan.config)
+        set_level(plan.config.log)
         log.info(
             "configuration reloaded",
-            extra={"catalogue_version": self.catalogue.version, "restart_needed": list(later)},
+            extra={
+                "catalogue_version": self.catalogue.version,
+                "applied": list(plan.applied),
+                "restart_needed": list(plan.restart_needed),
+            },
         )
-        return later
+        return plan.restart_needed
 
     async def run(
         self, *, task_status: trio.TaskStatus[NodeAddresses] = trio.TASK_STATUS_IGNORED
@@ -381,7 +390,7 @@ class Daemon:
                 'cluster.mode = "multi": the database (database.url) cannot be reached;'
                 " a node of a cluster does not start without it"
             ) from exc
-        self.config = config
+        self.live.swap(config)  # secret: references resolved
         spec = self.spec
         # Two pools: API and gateway load must never starve delivery (the round has a
         # connection of its own). An HTTP request waits briefly for a connection.
@@ -595,7 +604,7 @@ class Daemon:
             FlushHandler(
                 db=db,
                 clock=clock,
-                config=config,
+                config=self.live,
                 presence=presence,
                 live=live,
                 metrics=metrics,
@@ -632,7 +641,7 @@ class Daemon:
         )
         self.round = ConsumerRound(
             database_url=url,
-            config=config,
+            config=self.live,
             clock=clock,
             presence=presence,
             live=live,
@@ -731,7 +740,7 @@ class Daemon:
         return ApiContext(
             db=db,
             verifier=TokenVerifier(self.config.auth),
-            config=self.config,
+            live_config=self.live,
             clock=self.clock,
             metrics=self.metrics,
             validator=EventValidator(),

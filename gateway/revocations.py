@@ -48,8 +48,8 @@ from bothy_notify.store.listen import (
 )
 from bothy_notify.store.projections import REVOKED_CHANNEL, USER_DEACTIVATED_CHANNEL
 from gateway import queries
+from gateway.closes import DEACTIVATED, REVOKED
 from gateway.hub import Hub
-from gateway.protocol import DEACTIVATED, REVOKED
 
 log = logging.getLogger("bothy.gateway.revocations")
 

@@ -33,12 +33,12 @@ from bothy_notify.kernel.supervise import Supervised
 from bothy_notify.store import marks
 from bothy_notify.store.db import Database
 from bothy_notify.store.marks import Clearing
+from gateway.closes import SHUTDOWN, Close, CloseCode
 from gateway.expiry import ExpiryWatch
 from gateway.hub import Hub
 from gateway.identifies import IdentifyBatches
 from gateway.limits import Cooldowns, PendingConnections
 from gateway.presence import HubPresence
-from gateway.protocol import SHUTDOWN, Close, CloseCode
 from gateway.publisher import HubPublisher
 from gateway.reads import ReadListener
 from gateway.revocations import RevocationListener

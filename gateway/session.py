@@ -54,9 +54,25 @@ from bothy_notify.auth import AuthError, DeviceClaims, TokenVerifier
 from bothy_notify.store.db import Database, StoreError
 from bothy_notify.store.marks import Clearing
 from gateway import queries
+from gateway.closes import (
+    AUTH_FAILED,
+    DEACTIVATED,
+    FRAME_TOO_LARGE,
+    FRAMING_BROKEN,
+    INVALID_TEXT,
+    REVOKED,
+    SERVER_ERROR,
+    SHUTDOWN,
+    TOO_MANY_FOR_PERSON,
+    TOO_MANY_FRAMES,
+    TOO_MANY_UNIDENTIFIED,
+    WRITE_STALLED,
+    CloseCode,
+)
 from gateway.connection import Connection, Outbound
 from gateway.errors import (
     FrameTooLarge,
+    FramingError,
     ProtocolViolation,
     Throttled,
     TooManyFrames,
@@ -67,17 +83,7 @@ from gateway.hub import Hub
 from gateway.identifies import IdentifyBatches
 from gateway.limits import Cooldowns
 from gateway.protocol import (
-    AUTH_FAILED,
-    DEACTIVATED,
-    FRAME_TOO_LARGE,
     PING,
-    REVOKED,
-    SERVER_ERROR,
-    SHUTDOWN,
-    TOO_MANY_FOR_PERSON,
-    TOO_MANY_FRAMES,
-    TOO_MANY_UNIDENTIFIED,
-    WRITE_STALLED,
     ClientOp,
     Focus,
     Identify,
@@ -271,6 +277,10 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
                 hub.close(conn, exc.close)
             except FrameTooLarge:
                 hub.close(conn, FRAME_TOO_LARGE)
+            except FramingError as exc:
+                hub.close(
+                    conn, INVALID_TEXT if exc.code == CloseCode.INVALID_TEXT else FRAMING_BROKEN
+                )
             except TooManyFrames:
                 ctx.rate_limited()
                 settings = ctx.settings

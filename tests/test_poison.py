@@ -22,6 +22,7 @@ import pytest
 import trio
 from psycopg.conninfo import make_conninfo
 
+from bothy_notify.config import LiveConfig
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import SKIP_REASONS, Metrics
 from bothy_notify.kernel.presence import NoPresence
@@ -125,7 +126,7 @@ def prepare(url: str, events: list[tuple[str, dict[str, Any]]]) -> None:
 def new_round(url: str, metrics: Metrics, **kw: Any) -> ConsumerRound:
     return ConsumerRound(
         database_url=url,
-        config=make_config(),
+        config=LiveConfig(make_config()),
         clock=FakeClock(),
         presence=NoPresence(),
         live=FailClosedRoutes(),

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 import trio
 
+from bothy_notify.config import LiveConfig
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import NoPresence
@@ -29,7 +30,7 @@ from tests.harness import Launch, make_config
 def new_round(url: str, clock: FakeClock, poll: str = "50ms", **kw: Any) -> ConsumerRound:
     return ConsumerRound(
         database_url=url,
-        config=make_config(notify={"poll_interval": poll}),
+        config=LiveConfig(make_config(notify={"poll_interval": poll})),
         clock=clock,
         presence=NoPresence(),
         live=FailClosedRoutes(),

@@ -68,8 +68,8 @@ class Children(Generic[_M]):
     """The labelled children of one metric, each looked up once.
 
     ``prometheus_client``'s ``labels()`` validates and joins the label values and
-    takes a lock on every call (a few microseconds, 2-5% of a push's CPU in
-    ``bench/push.py``'s profile); a hot path keeps the child instead. Label values
+    takes a lock on every call (it showed in ``bench/push.py``'s profile); a hot
+    path keeps the child instead. Label values
     are closed sets, so the cache stays small.
     """
 

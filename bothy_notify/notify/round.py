@@ -57,7 +57,7 @@ from typing import Protocol
 
 import trio
 
-from bothy_notify.config import Config
+from bothy_notify.config import LiveConfig
 from bothy_notify.kernel.backoff import Backoff
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
@@ -180,7 +180,8 @@ class ConsumerRound:
 
     Args:
         database_url: URL for the dedicated connection.
-        config: the configuration (``notify.*``, ``push.max_attempts``).
+        config: the node's live configuration (``notify.*``, ``push.max_attempts``),
+            read once per round: a reload reaches the next round.
         clock: the injected clock; the round's ``now`` for windows and schedules.
         presence: who is connected (``NoPresence`` in role ``worker`` of a single
             node; :class:`~bothy_notify.notify.facts.SharedPresence` in a cluster).
@@ -200,7 +201,7 @@ class ConsumerRound:
         self,
         *,
         database_url: str,
-        config: Config,
+        config: LiveConfig,
         clock: Clock,
         presence: PresenceSource,
         live: LiveRoutes,
@@ -222,7 +223,7 @@ class ConsumerRound:
         self._before_commit = before_commit
         self._jobs_committed = jobs_committed
         self._committed_jobs = 0
-        poll = config.notify.poll_interval.total_seconds()
+        poll = config.current.notify.poll_interval.total_seconds()
         self._listener = Listener(
             database_url,
             (EVENTS_CHANNEL,),
@@ -268,7 +269,7 @@ class ConsumerRound:
 
     async def _serve(self, listening: Listening) -> None:
         """One connection: stand by until the lock is ours, then hold the round."""
-        poll = self._config.notify.poll_interval.total_seconds()
+        poll = self._config.current.notify.poll_interval.total_seconds()
         try:
             held = await self._try_lock(listening)
             if not held:
@@ -299,8 +300,8 @@ class ConsumerRound:
         self._set_holder(True)
         log.info("this node holds the consumer round")
         await listening.listen()
-        poll = self._config.notify.poll_interval.total_seconds()
-        batch_size = self._config.notify.batch_size
+        poll = self._config.current.notify.poll_interval.total_seconds()
+        batch_size = self._config.current.notify.batch_size
         last_lag = 0.0
         while True:
             wait = 0.0
@@ -444,13 +445,14 @@ class ConsumerRound:
         running transaction (only looked at when nothing could be read).
         """
         now = self._clock.now()
+        config = self._config.current  # one configuration for the whole round
         self._committed_jobs = 0
         self._claimed = []
         self._reading = []
         self._planner = None
         with conn.transaction():
             cursor, batch = eventlog.lock_and_read(
-                conn, limit if limit is not None else self._config.notify.batch_size
+                conn, limit if limit is not None else config.notify.batch_size
             )
             if not batch:
                 return 0, _events_blocked(conn, cursor)
@@ -458,7 +460,7 @@ class ConsumerRound:
             planner = self._planner = RoundPlanner(
                 conn,
                 now=now,
-                config=self._config,
+                config=config,
                 presence=self._presence,
                 live=self._live,
                 catalogue=self._catalogue,

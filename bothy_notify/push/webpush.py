@@ -96,6 +96,7 @@ from bothy_notify.push.resolver import (
     SystemResolver,
     host_allowed,
     is_blocked_address,
+    is_host_pattern,
 )
 from bothy_notify.push.transport import (
     REQUEST_BOUND,
@@ -439,11 +440,22 @@ class WebPushSetup:
         return f"WebPushSetup({self.name!r})"
 
 
+_VAPID_SUBJECT = re.compile(r"^(mailto:[^\s@]+@[^\s@]+|https://[^\s/?#]+(/[^\s]*)?)$")
+"""RFC 8292's ``sub``: a ``mailto:`` address or an ``https:`` URL to reach the operator."""
+
+
 def prepare(settings: WebPushSettings, key: str) -> WebPushSetup:
     """Check one app's settings without connecting anywhere (``key`` names it)."""
-    ssl_context(settings.ca_file, key=f"{key}.ca_file")
+    if not all(is_host_pattern(pattern) for pattern in settings.allowed_endpoints):
+        raise ConfigError(
+            f"{key}.allowed_endpoints: each entry is a host or *.suffix"
+            " with at least one label before it"
+        )
     if not settings.subject:
         raise ConfigError(f"{key}.subject: required key is missing")
+    if not _VAPID_SUBJECT.fullmatch(settings.subject):
+        raise ConfigError(f"{key}.subject: expected mailto:address or an https:// URL")
+    ssl_context(settings.ca_file, key=f"{key}.ca_file")
     vapid = load_vapid_key(settings.vapid_private_key, f"{key}.vapid_private_key")
     return WebPushSetup(settings, vapid, key)
 

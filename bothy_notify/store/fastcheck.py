@@ -1,7 +1,7 @@
 """A compiled yes/no check for the event schemas, in front of ``jsonschema``.
 
-``jsonschema`` walks a schema for every payload and gathers every error (about
-45 us for a ``message.created`` here); almost every payload is valid, and a
+``jsonschema`` walks a schema for every payload and gathers every error (a cost
+in ``bench/public_path.py``'s profile); almost every payload is valid, and a
 valid one needs none of that. :func:`compile_check` turns a schema into nested
 closures that answer only whether a payload is valid, with the keyword
 semantics ``jsonschema`` gives them (``type`` asks the validator's own type

@@ -299,7 +299,7 @@ async def test_identity_limits_and_token_lifetime_on_a_real_daemon(
         nan = client_frame(b'{"op":"read","d":{"thread_id":"t1","seq":NaN}}')
         assert await close_after(gateway, fay_token, nan) == (4003, "malformed frame")
         big = client_frame(b'{"op":"ping","d":"' + b"a" * MAX_FRAME + b'"}')
-        assert await close_after(gateway, fay_token, big) == (4003, "frame too large")
+        assert await close_after(gateway, fay_token, big) == (1009, "frame too large")
         others = json.dumps(
             {"op": "reauth", "d": {"token": device_token("bea", "fay-desk", "linux")}}
         )

@@ -16,6 +16,7 @@ import trio_websocket
 from bothy_notify.kernel.metrics import Metrics
 from gateway.service import Gateway
 from tests.harness import Node, device_token
+from tests.hostile.wsframes import client_frame
 
 Frame = dict[str, Any]
 
@@ -69,6 +70,11 @@ class GatewayClient:
 
     async def send_raw(self, message: str | bytes) -> None:
         await self.ws.send_message(message)
+
+    async def send_text_bytes(self, payload: bytes) -> None:
+        """One text frame of ``payload`` as it is, UTF-8 or not, written straight to
+        the socket (the library only sends valid text)."""
+        await self.stream.send_all(client_frame(payload))
 
     async def wait_for(
         self, predicate: Callable[[Frame], bool], *, after: int = 0, timeout: float = 10.0

@@ -102,7 +102,7 @@ def test_a_block_without_apps_is_one_default_app_as_before(
         ({BETA: {"team_id": ""}}, f"push.apns.apps.{BETA}.team_id: required key is missing"),
         ({BETA: {"bundle_id": "nodots"}}, f"push.apns.apps.{BETA}.bundle_id: expected a bundle"),
         ({BETA: {"colour": "red"}}, f"push.apns.apps.{BETA}.colour: unknown key"),
-        ({"bad app!": {}}, "push.apns.apps: an app id is 1 to 128"),
+        ({"bad app!": {}}, "push.apns.apps: each key must match"),
     ],
 )
 def test_a_bad_app_fails_startup_naming_the_app_and_the_key(

@@ -12,10 +12,10 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from bothy_notify.config import Level
 from bothy_notify.kernel.presence import PresenceEntry
 from bothy_notify.kernel.results import SkipReason
 from bothy_notify.kernel.values import fast_init
+from bothy_notify.vocabulary import Level
 
 DESKTOP_PLATFORMS = frozenset({"macos", "windows"})
 """Platforms whose live, non-idle connection delays pushes to the person's phones."""

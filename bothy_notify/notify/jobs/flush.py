@@ -19,7 +19,7 @@ from functools import partial
 
 import trio
 
-from bothy_notify.config import Config
+from bothy_notify.config import LiveConfig
 from bothy_notify.kernel.clock import Clock, from_unix_micros
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Metrics
@@ -40,8 +40,10 @@ from bothy_notify.store.jobs import Job, JobWriter
 class FlushHandler:
     """Runs ``notify.flush`` jobs.
 
-    ``catalogue`` gives the version fixed on the flush hints (none given: the
-    send jobs fall back to the version in use when they run).
+    ``config`` is the node's live configuration, read at each flush (a reload's
+    ``notify.categories`` reach the next one). ``catalogue`` gives the version
+    fixed on the flush hints (none given: the send jobs fall back to the version
+    in use when they run).
     """
 
     kind = FLUSH
@@ -51,7 +53,7 @@ class FlushHandler:
         *,
         db: Database,
         clock: Clock,
-        config: Config,
+        config: LiveConfig,
         presence: PresenceSource,
         live: LiveRoutes,
         metrics: Metrics,
@@ -110,7 +112,7 @@ class FlushHandler:
         decider = Decider(
             conn,
             now=now,
-            config=self._config,
+            config=self._config.current,
             presence=self._presence,
             live=self._live,
             outcome=outcome,

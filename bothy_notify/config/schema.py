@@ -1,17 +1,17 @@
-"""What the configuration's definitions say about themselves.
+"""What the key table says about itself: the JSON schema and ``check-config --print``.
 
-The fields of :mod:`bothy_notify.config` (their types, defaults and ``_meta``)
-are the one table of configuration keys. Everything else is derived here:
+The fields of :mod:`bothy_notify.config.keys` (their types, defaults and
+``_meta``) are the one table of configuration keys. Derived here:
 
 - :func:`config_schema`: ``schemas/config.schema.json``, written by ``make
-  schemas`` (``python -m bothy_notify.config_schema schemas/config.schema.json``);
+  schemas`` (``python -m bothy_notify.config.schema schemas/config.schema.json``);
   a test keeps the file equal to what this returns.
 - :func:`render_effective`: the text of ``bothy-notify check-config --print``,
   the effective configuration as TOML with each value's source (file,
   environment variable, default) and every secret redacted.
 
 The environment variable of each key (``BOTHY_NOTIFY__SECTION__KEY``) is
-derived in :func:`bothy_notify.config.env_name`.
+derived in :func:`bothy_notify.config.env.env_name`.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from typing import Any, get_args, get_origin, get_type_hints
 
 import tomlkit
 
-from bothy_notify.config import (
+from bothy_notify.config.keys import Config
+from bothy_notify.config.load import Loaded
+from bothy_notify.config.values import (
     DURATION_PATTERN,
-    Config,
-    Loaded,
     Secret,
     format_duration,
     table_item,
@@ -98,7 +98,7 @@ def _property(f: dataclasses.Field[Any], t: Any, where: str) -> dict[str, Any]:
     node: dict[str, Any] = {"description": meta.get("doc", "")}
     node.update(_type_node(t, meta, where))
     default = _default_of(f)
-    if default is not dataclasses.MISSING and meta.get("show_default", True):
+    if default is not dataclasses.MISSING and not meta.get("required"):
         node["default"] = default
     return node
 
@@ -146,7 +146,7 @@ def _type_node(t: Any, meta: Mapping[str, Any], where: str) -> dict[str, Any]:
         if meta.get("path"):
             node["x-path"] = True
         return node
-    raise SchemaError(f"{where}: no schema for the type {t!r}; teach config_schema._type_node")
+    raise SchemaError(f"{where}: no schema for the type {t!r}; teach config.schema._type_node")
 
 
 def _item_node(t: Any, where: str) -> dict[str, Any]:
@@ -276,7 +276,7 @@ _USERINFO_RE = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@]*@")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bothy_notify.config_schema [FILE]``: write the schema to FILE
+    """``python -m bothy_notify.config.schema [FILE]``: write the schema to FILE
     (standard output without one)."""
     args = list(sys.argv[1:] if argv is None else argv)
     text = schema_text()
