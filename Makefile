@@ -84,9 +84,12 @@ browser:
 		else echo "browser: chromium is missing and cannot be installed here (not root or no apt-get)"; fi; }
 
 ## schemas: write schemas/config.schema.json from the configuration's definitions
-## (bothy_notify/config/keys.py; a test fails while the file differs)
+## (bothy_notify/config/keys.py), and a new generated migration with the event checks of
+## bothy.append_event when schemas/events/*.json changed (bothy_notify/store/eventsql.py);
+## a test fails while either differs
 schemas: $(STAMP)
 	$(PY) -m bothy_notify.config.schema schemas/config.schema.json
+	$(PY) -m bothy_notify.store.eventsql
 
 migrate: $(STAMP)
 	$(VENV)/bin/bothy-notify migrate --config $(CONFIG)

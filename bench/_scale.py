@@ -304,7 +304,7 @@ def label(statement: Statement) -> str:
     return f"{verb} {'+'.join(tables)}"
 
 
-TINY_TABLES = frozenset({"consumer_cursor", "nodes", "event_types", "provider_deliveries"})
+TINY_TABLES = frozenset({"consumer_cursor", "nodes", "provider_deliveries"})
 """Tables with a row per cluster node, per provider or a single row: a scan of them is
 as cheap as a probe, whatever the load."""
 

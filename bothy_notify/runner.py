@@ -277,11 +277,13 @@ class JobRunner:
             name="runner",
             reconnect=reconnect_backoff(self._poll),
             catch_up=self._catch_up,
+            timeouts=db.timeouts,
         )
         self._listener = Supervised("runner.listen", self._listen_loop, metrics=metrics)
         self._renewer = Supervised("runner.renew", self._renew_loop, metrics=metrics)
         self._work: trio.Nursery | None = None
         self.running = False
+        self._claim_failing = False
         self._claims = self._claimed = self._records = self._recorded = 0
         self.lost_leases = 0
         """Results dropped because another claim held the job by then (statistics)."""
@@ -408,8 +410,15 @@ class JobRunner:
 
     @property
     def healthy(self) -> bool:
-        """Running, with its ``LISTEN`` and renewal loops up (``/readyz``)."""
-        return self.running and self._listener.up and self._renewer.up
+        """Running, with its ``LISTEN`` and renewal loops up, its ``LISTEN``
+        connection open and its last claim answered (``/readyz``)."""
+        return (
+            self.running
+            and self._listener.up
+            and self._renewer.up
+            and self._jobs_listener.connected
+            and not self._claim_failing
+        )
 
     async def _claim_loop(self, work: trio.Nursery) -> None:
         kinds = self.kinds
@@ -432,8 +441,10 @@ class JobRunner:
                 )
             except StoreError:
                 log.warning("claiming jobs failed; retrying after the poll interval")
+                self._claim_failing = True
                 await trio.sleep(self._poll)
                 continue
+            self._claim_failing = False
             if jobs:
                 self._claims += 1
                 self._claimed += len(jobs)

@@ -80,7 +80,13 @@ from bothy_notify.push.port import PushProvider
 from bothy_notify.push.registry import Providers
 from bothy_notify.runner import JobHandler, JobRunner
 from bothy_notify.store import secrets as secret_store
-from bothy_notify.store.db import Database, StoreError, StoreUnavailable, connect_dedicated
+from bothy_notify.store.db import (
+    Database,
+    DatabaseTimeouts,
+    StoreError,
+    StoreUnavailable,
+    connect_dedicated,
+)
 from bothy_notify.store.embedded import EmbeddedPostgres
 from bothy_notify.store.events import EventValidator
 from bothy_notify.store.migrate import migrate
@@ -394,8 +400,13 @@ class Daemon:
         spec = self.spec
         # Two pools: API and gateway load must never starve delivery (the round has a
         # connection of its own). An HTTP request waits briefly for a connection.
+        timeouts = database_timeouts(config)
         db = self.db = Database(
-            url, pool_size=config.database.pool_size, name="api", wait=API_POOL_WAIT
+            url,
+            pool_size=config.database.pool_size,
+            name="api",
+            wait=API_POOL_WAIT,
+            timeouts=timeouts,
         )
         jobs_db: Database | None = None
         providers: Providers | None = None
@@ -403,7 +414,7 @@ class Daemon:
             await db.open()
             if spec.round_and_runner or spec.gateway_jobs:
                 jobs_db = self.jobs_db = Database(
-                    url, pool_size=config.database.jobs_pool_size, name="jobs"
+                    url, pool_size=config.database.jobs_pool_size, name="jobs", timeouts=timeouts
                 )
                 await jobs_db.open()
             if spec.gateway and self._gateway_factory is not None:
@@ -414,6 +425,7 @@ class Daemon:
                     pool_size=config.database.gateway_pool_size,
                     name="gateway",
                     wait=API_POOL_WAIT,
+                    timeouts=timeouts,
                 )
                 await gateway_db.open()
             providers = self.providers = Providers(
@@ -650,6 +662,7 @@ class Daemon:
             jobs_committed=self.runner.nudge,
             catalogue=catalogue,
             local=local,
+            timeouts=db.timeouts,
         )
         await nursery.start(self._supervised("round", self.round.run).run)
 
@@ -770,6 +783,19 @@ def _listening(key: str, listen: str) -> Iterator[None]:
         raise ConfigError(f"{key}: cannot listen on {listen} ({reason})") from None
 
 
+def database_timeouts(config: Config) -> DatabaseTimeouts:
+    """The bounds of every wait on the database, from ``[database]``."""
+    keys = config.database
+    return DatabaseTimeouts(
+        connect=keys.connect_timeout.total_seconds(),
+        tcp_user=keys.tcp_user_timeout.total_seconds(),
+        statement=keys.statement_timeout.total_seconds(),
+        response=keys.response_timeout.total_seconds(),
+        listen_check=keys.listen_check_interval.total_seconds(),
+        health_check=keys.health_check_timeout.total_seconds(),
+    )
+
+
 def prepare_database(url: str, config: Config, apply_migrations: bool = True) -> Config:
     """Migrate (unless told not to) and resolve ``secret:`` references; returns the
     configuration with them resolved. Blocking: runs in a worker thread.
@@ -778,7 +804,10 @@ def prepare_database(url: str, config: Config, apply_migrations: bool = True) ->
         StoreError: the database cannot be reached or refused a statement.
         ConfigError: a ``secret:`` reference names no secret of the store.
     """
-    conn = connect_dedicated(url, autocommit=False)
+    # Connecting is bounded; migrations may legitimately run for minutes.
+    conn = connect_dedicated(
+        url, autocommit=False, timeouts=database_timeouts(config).unbounded_statements()
+    )
     try:
         if apply_migrations:
             migrate(conn)
@@ -796,6 +825,7 @@ __all__ = [
     "NodeAddresses",
     "RoleFacts",
     "RoleSpec",
+    "database_timeouts",
     "prepare_database",
     "role_spec",
 ]

@@ -153,6 +153,7 @@ class Gateway:
             hub=self.hub,
             retry_interval=config.notify.poll_interval,
             node_id=node_id,
+            timeouts=db.timeouts,
         )
         self._reads = ReadListener(
             database_url=database_url,
@@ -207,9 +208,15 @@ class Gateway:
             task_status.started(address)
 
     def readiness(self) -> Mapping[str, bool]:
-        """``/readyz`` checks of the gateway: its revocation listener, its expiry watch
-        and (in a cluster) its presence publisher are up."""
-        return {service.name: service.up for service in self._services}
+        """``/readyz`` checks of the gateway: each of its services is up; the
+        revocation and read listeners are connected; (in a cluster) the presence
+        publisher's last write succeeded."""
+        checks = {service.name: service.up for service in self._services}
+        checks["revocations"] &= self._revocations.listener.connected
+        checks["reads"] &= self._reads.listener.connected
+        if self.shared is not None:
+            checks["presence"] &= self.shared.healthy
+        return checks
 
     async def close_all(self, code: int) -> None:
         """Close every connection with ``code`` (1001 at shutdown) and refuse new ones.

@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from bothy_notify.config import JobsConfig
+from bothy_notify.housekeeping import Housekeeper
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.results import Result
@@ -36,7 +37,7 @@ from bothy_notify.store import jobs as queue
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job, JobSpec
-from tests.harness import wait_for
+from tests.harness import make_config, wait_for
 
 KIND = "test.fenced"
 LEASE = timedelta(seconds=30)
@@ -195,6 +196,23 @@ async def test_renew_and_release_with_a_lost_claim_change_nothing(
     )
     assert row == ("running", current.claim, clock.now() + LEASE)
     assert await db.run(lambda c: queue.renew(c, [current.fence], later)) == {current.fence}
+
+
+async def test_the_housekeeper_counts_the_jobs_it_rescues(db: Database, clock: FakeClock) -> None:
+    """A job whose runner lost the database after sending runs again: counted, so the
+    sends a failover may repeat show in ``bothy_jobs_rescued_total``."""
+    metrics = Metrics()
+    keeper = Housekeeper(db=db, clock=clock, config=make_config(), metrics=metrics)
+    await db.run(lambda c: queue.insert(c, [JobSpec(KIND, {"n": 1}, clock.now(), 5)], clock.now()))
+    await db.run(lambda c: queue.claim(c, now=clock.now(), limit=1, lease=LEASE, kinds=[KIND]))
+
+    await keeper.tick()
+    clock.advance(LEASE + timedelta(seconds=1))
+    await keeper.tick()
+
+    rescued = metrics.registry.get_sample_value
+    assert rescued("bothy_jobs_rescued_total", {"outcome": "again"}) == 1
+    assert rescued("bothy_jobs_rescued_total", {"outcome": "failed"}) == 0
 
 
 async def test_only_the_effects_of_results_whose_fence_held_are_applied(

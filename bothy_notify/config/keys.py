@@ -160,6 +160,64 @@ class DatabaseConfig:
             max=500,
         ),
     )
+    # Every wait on PostgreSQL is bounded by one of the keys below (a frozen server
+    # accepts TCP and never answers); docs/operations.md, "High availability".
+    connect_timeout: timedelta = field(
+        default=_d("3s"),
+        metadata=_meta(
+            "time for one connection attempt to one host of the URL, whole seconds (libpq"
+            " counts at least 2); past it the next host of a multi-host URL is tried",
+            min=2,
+            max=300,
+        ),
+    )
+    tcp_user_timeout: timedelta = field(
+        default=_d("10s"),
+        metadata=_meta(
+            "an established connection whose peer stops acknowledging (a network split,"
+            " a frozen host) is dropped after this; TCP keepalives are derived from it;"
+            " 0: the kernel's defaults",
+            min=0,
+            max=3600,
+        ),
+    )
+    statement_timeout: timedelta = field(
+        default=_d("5s"),
+        metadata=_meta(
+            "the server cancels a statement of the daemon's that runs longer (PostgreSQL's"
+            " statement_timeout; the hourly sweep and migrations are exempt); 0: none",
+            min=0,
+            max=3600,
+        ),
+    )
+    response_timeout: timedelta = field(
+        default=_d("6s"),
+        metadata=_meta(
+            "longest wait for the server's answer to one request (a statement, a commit);"
+            " past it the connection counts as lost (a frozen server). Longer than"
+            " statement_timeout",
+            min=0.1,
+            max=3600,
+        ),
+    )
+    listen_check_interval: timedelta = field(
+        default=_d("5s"),
+        metadata=_meta(
+            "a LISTEN connection that received nothing this long checks that the server"
+            " still answers (bounded by response_timeout)",
+            min=0.1,
+            max=3600,
+        ),
+    )
+    health_check_timeout: timedelta = field(
+        default=_d("2s"),
+        metadata=_meta(
+            "the /readyz database check's bound: the wait for a pooled connection, and"
+            " again for the answer",
+            min=0.1,
+            max=60,
+        ),
+    )
 
 
 @dataclass(frozen=True)

@@ -242,6 +242,15 @@ class Metrics:
             ["kind", "result"],
             registry=r,
         )
+        self.jobs_rescued = Counter(
+            "bothy_jobs_rescued",
+            "Running jobs whose lease ran out (their runner stopped, or lost the database"
+            " before recording them), by outcome: made available again or failed.",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("again", "failed"):
+            self.jobs_rescued.labels(outcome)
         self.registrations = Counter(
             "bothy_registrations",
             "Push registrations registered, restored, invalidated, expired or deleted.",

@@ -69,7 +69,14 @@ from bothy_notify.notify.routes import LiveRoutes
 from bothy_notify.store import deadletters
 from bothy_notify.store import events as eventlog
 from bothy_notify.store import jobs as jobqueue
-from bothy_notify.store.db import Conn, StoreContention, StoreError, StoreUnavailable
+from bothy_notify.store.db import (
+    DEFAULT_TIMEOUTS,
+    Conn,
+    DatabaseTimeouts,
+    StoreContention,
+    StoreError,
+    StoreUnavailable,
+)
 from bothy_notify.store.events import Event
 from bothy_notify.store.jobs import ClaimHere, Job
 from bothy_notify.store.listen import Listener, Listening, Notification, reconnect_backoff
@@ -180,6 +187,7 @@ class ConsumerRound:
 
     Args:
         database_url: URL for the dedicated connection.
+        timeouts: the bounds of that connection's waits (``[database]``).
         config: the node's live configuration (``notify.*``, ``push.max_attempts``),
             read once per round: a reload reaches the next round.
         clock: the injected clock; the round's ``now`` for windows and schedules.
@@ -210,6 +218,7 @@ class ConsumerRound:
         jobs_committed: Callable[[], None] | None = None,
         catalogue: CatalogueSource | None = None,
         local: LocalJobs | None = None,
+        timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         self._local = local
         self._claimed: list[Job] = []
@@ -230,6 +239,7 @@ class ConsumerRound:
             name="round",
             reconnect=reconnect_backoff(poll),
             catch_up=self._catch_up,
+            timeouts=timeouts,
         )
         self._wait_until: float | None = None
         """While set, the log was drained: wait for a notification until then

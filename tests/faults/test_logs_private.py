@@ -247,11 +247,10 @@ async def test_a_full_scenario_logs_no_ids_tokens_urls_or_secrets(
 def _add_future_type(url: str) -> None:
     import psycopg
 
+    from tests.support.event_types import add_event_type
+
     with psycopg.connect(url) as conn:
-        conn.execute(
-            "INSERT INTO bothy.event_types (type, schema)"
-            " VALUES ('future.thing', '{\"type\": \"object\"}') ON CONFLICT (type) DO NOTHING"
-        )
+        add_event_type(conn, "future.thing", {"type": "object"})
 
 
 def _around(text: str, secret: str) -> str:
