@@ -60,6 +60,7 @@ from bothy_notify.kernel.backoff import Backoff
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.kernel.metrics import Children, Metrics
+from bothy_notify.kernel.results import Result
 from bothy_notify.kernel.supervise import Supervised, error_type
 from bothy_notify.store import jobs as queue
 from bothy_notify.store.db import (
@@ -100,9 +101,9 @@ class BatchedEffect:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """The job is finished; ``result`` labels the metric (``delivered``, ``skipped``...)."""
+    """The job is finished; ``result`` labels the metric (``delivered``, ``skipped_read``...)."""
 
-    result: str = "done"
+    result: Result = Result.DONE
     effect: Effect | BatchedEffect | None = None
 
 

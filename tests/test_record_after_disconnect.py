@@ -26,6 +26,7 @@ import trio
 from bothy_notify.config import JobsConfig
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.results import Result
 from bothy_notify.runner import Done, JobHandler, JobRunner, Report
 from bothy_notify.store import jobs as queue
 from bothy_notify.store.db import Conn, Database
@@ -128,7 +129,7 @@ async def test_a_recording_cut_off_is_recorded_once_and_the_job_not_run_again(
         if effect
         else Cut(b"B", b"bothy_complete_jobs", after_answer)
     )
-    handler = SendsOnce(Done("delivered", count_effect if effect else None))
+    handler = SendsOnce(Done(Result.DELIVERED, count_effect if effect else None))
     metrics = Metrics()
     runner = make_runner(proxied, database_url, clock, handler, LEASE, metrics)
     async with trio.open_nursery() as nursery:
@@ -165,7 +166,7 @@ async def test_a_recording_that_cannot_land_keeps_the_lease_until_the_fence_is_l
     # Every completion's connection is cut before it reaches the server; the pool's
     # renewals pass.
     proxy.armed = Cut(b"B", b"bothy_complete_jobs", after_answer=False, times=None)
-    handler = SendsOnce(Done("delivered"))
+    handler = SendsOnce(Done(Result.DELIVERED))
     metrics = Metrics()
     runner = make_runner(proxied, database_url, clock, handler, lease, metrics)
     async with trio.open_nursery() as nursery:
@@ -214,7 +215,7 @@ class Holds:
         self.entered.set()
         await self.release.wait()
         for job in jobs:
-            await report(job, Done("delivered"))
+            await report(job, Done(Result.DELIVERED))
 
 
 async def test_a_renewal_that_lost_its_connection_is_tried_again_soon(
