@@ -110,6 +110,11 @@ class ServerWatch:
             self._lost.discard(key)
             self._connections += 1
 
+    def forget(self) -> None:
+        """Forget every server found lost (tests: a new proxy may reuse a port)."""
+        with self._lock:
+            self._lost.clear()
+
     def is_lost(self, key: ServerKey) -> bool:
         with self._lock:
             return key in self._lost

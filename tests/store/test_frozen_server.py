@@ -31,6 +31,7 @@ from bothy_notify.store.db import (
     connect_dedicated,
 )
 from bothy_notify.store.listen import Listener, Listening, delivering, reconnect_backoff
+from bothy_notify.store.servers import SERVERS
 from gateway.hub import Hub
 from gateway.service import build_gateway
 from gateway.shared_presence import SharedPresencePublisher
@@ -86,7 +87,9 @@ async def answered(db: Database, timeout: float) -> float:
 async def hosts(pg_url: str, nursery: trio.Nursery) -> list[FreezableProxy]:
     """Two proxies in front of the session's server: the first to freeze, the second
     the host that takes over. (Tests that need no table use the server's own
-    database, ``pg_url``: no database to clone.)"""
+    database, ``pg_url``: no database to clone.) What earlier tests found lost is
+    forgotten: a new proxy may listen on a port an earlier one had."""
+    SERVERS.forget()
     return await start_proxies(nursery, pg_url, 2)
 
 
