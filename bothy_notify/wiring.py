@@ -103,6 +103,11 @@ READINESS_INTERVAL = 5.0
 """Seconds between two refreshes of ``bothy_readiness_check`` (a scrape every 15 s or
 more sees a value at most this old), each with one database ping of its own."""
 
+SEND_RESERVE = 1.0
+"""Seconds before the end of ``server.drain_period`` from which no provider request
+starts (a quarter of the period when that is shorter): the requests in flight
+answer and their results are recorded inside the period, not cut off by it."""
+
 API_POOL_WAIT = 5.0
 """Seconds an HTTP request or gateway query waits for a pooled connection before it is
 answered 503 (``unavailable``): a client retries sooner than a request that hangs."""
@@ -681,7 +686,12 @@ class Daemon:
         its connections with 1001."""
         log.info("shutting down", extra={"drain_seconds": period.total_seconds()})
         self._notifier.stopping("draining")
-        with trio.move_on_after(period.total_seconds()) as scope:
+        seconds = period.total_seconds()
+        if self.providers is not None:
+            self.providers.stop_sending_at(
+                trio.current_time() + seconds - min(SEND_RESERVE, seconds / 4)
+            )
+        with trio.move_on_after(seconds) as scope:
             api_shutdown.set()
             if self.runner is not None:
                 self.runner.stop_claiming()
@@ -691,7 +701,9 @@ class Daemon:
                 await self.runner.wait_idle()
             await api_stopped.wait()
         if scope.cancelled_caught:
-            log.warning("drain period over; unfinished jobs are given back")
+            log.warning(
+                "drain period over; results reported are recorded, unfinished jobs given back"
+            )
 
     def _snapshot(self, providers: Providers) -> dict[str, Any]:
         """This node's aggregates for the status page (``GET /v1/admin/status``)."""
