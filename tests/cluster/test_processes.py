@@ -346,6 +346,10 @@ class Load:
         await until(_true_when(lambda: self.sent >= mark + count), "more load")
 
 
+CONNECT_TIMEOUT = 5.0
+"""Seconds a desktop's connection attempt (TCP and WebSocket upgrade) may take."""
+
+
 class Desktop:
     """A desktop that reconnects whenever its connection ends: to its own node while
     that one serves, else to the other gateway node. After every ``catchup.complete``
@@ -383,10 +387,23 @@ class Desktop:
             for node in self.nodes:
                 if not node.alive() or node.gateway is None:
                     continue
-                try:
-                    client = await GatewayClient.connect(nursery, node.gateway)
-                except (OSError, trio_websocket.HandshakeError, trio_websocket.ConnectionClosed):
-                    self.attempts.append("connect failed")
+                # Bounded: a node in its last moments may still take the connection into
+                # its listen queue, and its exit then resets it before the upgrade's
+                # answer; trio-websocket's client handshake never ends then (its reader
+                # aborts without waking the handshake's waiter), as a real client's
+                # connect timeout would not let it hang either.
+                with trio.move_on_after(CONNECT_TIMEOUT) as attempt:
+                    try:
+                        client = await GatewayClient.connect(nursery, node.gateway)
+                    except (
+                        OSError,
+                        trio_websocket.HandshakeError,
+                        trio_websocket.ConnectionClosed,
+                    ):
+                        self.attempts.append("connect failed")
+                        continue
+                if attempt.cancelled_caught:
+                    self.attempts.append("connect timed out")
                     continue
                 try:
                     await identify(client, device_token(self.user, f"{self.user}-desktop", "macos"))
