@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import partial
 from typing import Any, Literal, Protocol, TextIO
 
 import orjson
@@ -53,6 +54,7 @@ from bothy_notify.config import (
     store_secret_names,
 )
 from bothy_notify.housekeeping import Housekeeper
+from bothy_notify.kernel import memtrim
 from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.ids import new_id
@@ -457,6 +459,11 @@ class Daemon:
                 # Every node follows the kinds directory, asked or not: its log lines and
                 # bothy_catalogue_invalid_files must be true on an idle node too.
                 await nursery.start(self._supervised("catalogue", self.live_catalogue.watch).run)
+            trim = memtrim.malloc_trim() if memtrim.wanted() else None
+            if trim is not None:
+                # The C allocator's free pages back to the system, on every role.
+                trimming = partial(memtrim.trim_periodically, trim)
+                await nursery.start(self._supervised("memory", trimming).run)
             presence: PresenceSource = NoPresence()
             publisher: EphemeralPublisher | None = None
             gateway_address: str | None = None
