@@ -447,6 +447,18 @@ async def _desktops(
     pipe.send({"closes": closes, "pings": pings})
 
 
+def answer(pipe: Connection, proc: Any, what: str, *, stop: bool = False) -> Any:
+    """The closing report of a helper process (told to stop first when ``stop``);
+    a helper that died says so instead of leaving the soak waiting."""
+    if stop:
+        pipe.send("stop")
+    if not pipe.poll(120):
+        raise RuntimeError(f"{what} sent no report (exit code {proc.exitcode})")
+    found = pipe.recv()
+    proc.join(30)
+    return found
+
+
 def first_closed(group: BaseExceptionGroup[Closed]) -> Closed:
     """The first :class:`Closed` of ``group`` (nested groups unwrapped)."""
     found: BaseException = group
@@ -581,6 +593,7 @@ def run(args: argparse.Namespace, workdir: Path, url: str) -> dict[str, Any]:
             proc = ctx.Process(
                 target=desktop_process,
                 args=(child, node.gateway, users, args.churn, connects, hints),
+                daemon=True,  # ended with the soak, whatever ends it
             )
             proc.start()
             desktops.append((pipe, proc))
@@ -588,6 +601,7 @@ def run(args: argparse.Namespace, workdir: Path, url: str) -> dict[str, Any]:
         producer = ctx.Process(
             target=producer_process,
             args=(pchild, [n.api for n in nodes], args.threads, args.rate, sent, accepted_file),
+            daemon=True,
         )
         producer.start()
         started = time.monotonic()
@@ -635,13 +649,8 @@ def run(args: argparse.Namespace, workdir: Path, url: str) -> dict[str, Any]:
         at_end = {n: s[-1][1] for n, s in series.items()}
         traces_end = {n.name: n.memory_report() for n in nodes}
         ppipe.send("stop")
-        produced = ppipe.recv()
-        producer.join(30)
-        ends = []
-        for pipe, proc in desktops:
-            pipe.send("stop")
-            ends.append(pipe.recv())
-            proc.join(30)
+        produced = answer(ppipe, producer, "the producer")
+        ends = [answer(pipe, proc, "a desktops process", stop=True) for pipe, proc in desktops]
         settled_s = settle(url)
         metrics = {n.name: n.metrics() for n in nodes}
         skips: dict[str, float] = {}

@@ -152,7 +152,7 @@ class Providers:
         """Send through the target's provider; an unconfigured provider or app is
         ``rejected``. Waits for a permit of the app's channel as long as it takes.
         """
-        outcome = await self.try_send(target, message, permit_wait=math.inf)
+        outcome = await self._route(target, message, math.inf, gated=False)
         assert outcome is not None
         return outcome
 
@@ -165,7 +165,15 @@ class Providers:
         The job runner uses this so that jobs of a stalled provider go back to
         the queue instead of holding the runner's slots, which every provider shares.
         """
-        if trio.current_time() >= self._sending_until:
+        return await self._route(target, message, permit_wait, gated=True)
+
+    def _stopped(self, gated: bool) -> bool:
+        return gated and trio.current_time() >= self._sending_until
+
+    async def _route(
+        self, target: Target, message: Message, permit_wait: float, *, gated: bool
+    ) -> Outcome | None:
+        if self._stopped(gated):
             return None
         app: str | None = None
         channel = self._single.get(target.provider)
@@ -179,7 +187,7 @@ class Providers:
             if found is None:
                 return self._recorded(target.provider, None, Outcome.rejected("unknown_app"))
             channel, app = found, found.label
-        outcome = await self._send_on(channel, target, message, permit_wait)
+        outcome = await self._send_on(channel, target, message, permit_wait, gated)
         if outcome is not None:
             self.recent.record(target.provider, app, outcome.kind.value, outcome.reason)
         return outcome
@@ -189,7 +197,7 @@ class Providers:
         return outcome
 
     async def _send_on(
-        self, channel: _Channel, target: Target, message: Message, permit_wait: float
+        self, channel: _Channel, target: Target, message: Message, permit_wait: float, gated: bool
     ) -> Outcome | None:
         limiter = channel.limiter
         try:
@@ -199,7 +207,7 @@ class Providers:
                 await limiter.acquire()
             if waiting.cancelled_caught:
                 return None
-            if trio.current_time() >= self._sending_until:
+            if self._stopped(gated):
                 limiter.release()
                 return None
         try:
