@@ -10,8 +10,9 @@ can feed it a history. Its inputs:
 - every node's ``push.fake.record_file``, one :class:`Send` per line, with the
   node that wrote it;
 - the stops the soak made (:class:`Stop`: SIGTERM, a graceful stop, or SIGKILL);
-- the skips the nodes counted (``bothy_push_skipped_total``, summed over every
-  life of every node).
+- the skips the nodes counted (``bothy_push_skipped_total`` for the reasons a push
+  job can end with, summed over every life of every node; the reason of one job is
+  not kept anywhere, so skips are checked in aggregate).
 
 What it checks:
 
