@@ -407,7 +407,8 @@ async def _desktops(
                 scopes[user] = scope
                 try:
                     ws = await RawGateway.open(host, int(port))
-                except (OSError, Closed):
+                except (OSError, Closed, trio.BrokenResourceError):
+                    # Refused, or reset by a stopping node's listener before the upgrade.
                     closes["refused"] = closes.get("refused", 0) + 1
                     await trio.sleep(1.0)
                     continue
@@ -448,15 +449,19 @@ async def _desktops(
 
 
 def answer(pipe: Connection, proc: Any, what: str, *, stop: bool = False) -> Any:
-    """The closing report of a helper process (told to stop first when ``stop``);
-    a helper that died says so instead of leaving the soak waiting."""
-    if stop:
-        pipe.send("stop")
-    if not pipe.poll(120):
-        raise RuntimeError(f"{what} sent no report (exit code {proc.exitcode})")
-    found = pipe.recv()
-    proc.join(30)
-    return found
+    """The closing report of a helper process (told to stop first when ``stop``), or
+    ``None`` when it died: the soak says so and goes on to its history."""
+    try:
+        if stop:
+            pipe.send("stop")
+        if pipe.poll(120):
+            found = pipe.recv()
+            proc.join(30)
+            return found
+    except (EOFError, OSError):
+        pass
+    print(f"          {what} ended early (exit code {proc.exitcode})", flush=True)
+    return None
 
 
 def first_closed(group: BaseExceptionGroup[Closed]) -> Closed:
@@ -648,9 +653,17 @@ def run(args: argparse.Namespace, workdir: Path, url: str) -> dict[str, Any]:
                 )
         at_end = {n: s[-1][1] for n, s in series.items()}
         traces_end = {n.name: n.memory_report() for n in nodes}
-        ppipe.send("stop")
-        produced = answer(ppipe, producer, "the producer")
-        ends = [answer(pipe, proc, "a desktops process", stop=True) for pipe, proc in desktops]
+        produced = answer(ppipe, producer, "the producer", stop=True) or {
+            "sent": sent.value,
+            "errors": None,
+            "retried": None,
+            "refused": None,
+        }
+        ends = [
+            end
+            for pipe, proc in desktops
+            if (end := answer(pipe, proc, "a desktops process", stop=True)) is not None
+        ]
         settled_s = settle(url)
         metrics = {n.name: n.metrics() for n in nodes}
         skips: dict[str, float] = {}
