@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import AsyncIterator
 from functools import partial
+from typing import Any
 
 import httpx
 import pytest
@@ -47,12 +48,15 @@ ROUND = 2.0
 slack of "within ``cluster.node_timeout`` plus one round"."""
 
 
-async def start(daemons: DaemonFactory, *nodes: tuple[str, str]) -> list[DaemonProcess]:
-    """Start ``(name, role)`` nodes at once; returns them in order."""
+async def start(
+    daemons: DaemonFactory, *nodes: tuple[str, str], **extra: dict[str, Any]
+) -> list[DaemonProcess]:
+    """Start ``(name, role)`` nodes at once (``extra`` sections merged into each);
+    returns them in order."""
     started: dict[str, DaemonProcess] = {}
 
     async def one(name: str, role: str) -> None:
-        started[name] = await daemons(name, **node_config(role))
+        started[name] = await daemons(name, **node_config(role, **extra))
 
     async with trio.open_nursery() as nursery:
         for name, role in nodes:
@@ -440,7 +444,14 @@ class Desktop:
 async def test_a_rolling_restart_under_steady_load_loses_and_duplicates_nothing(
     daemons: DaemonFactory, fault_db: str, tmp_path, http: httpx.AsyncClient, nursery: trio.Nursery
 ) -> None:
-    a, b, w = await start(daemons, ("a", "api"), ("b", "api"), ("w", "worker"))
+    # Every stop here is graceful, so no lease needs to run out: a lease longer than
+    # the cluster tests' 2 s keeps a node starved of CPU for seconds on a loaded
+    # machine (seen: a freshly started worker recording its pushes seconds after it
+    # sent them) from losing its jobs to a rescue and a second send, which is the
+    # lease doing its job, not what this test is about.
+    a, b, w = await start(
+        daemons, ("a", "api"), ("b", "api"), ("w", "worker"), jobs={"lease": "15s"}
+    )
     c = Cluster(fault_db, tmp_path / "pushes.jsonl", http)
     await c.append(a, *WORLD)
     await c.register(a, "alex", "alex-phone", "alex-phone-token")
