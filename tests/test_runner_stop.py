@@ -138,8 +138,7 @@ async def test_a_result_whose_recording_is_in_flight_at_the_deadline_is_recorded
     out is not sent again). The second job, never answered, is given back."""
     answered, silent = await insert(db, clock, 2)
     handler = Answering()
-    lock = RowLock(database_url)
-    async with trio.open_nursery() as nursery:
+    async with RowLock(database_url) as lock, trio.open_nursery() as nursery:
         runner = await start_runner(nursery, db, database_url, clock, handler)
         await until(lambda: len(handler.held) == 2, "both jobs claimed")
         await lock.take(answered)
@@ -162,8 +161,7 @@ async def test_results_queued_or_held_by_a_blocked_handler_at_the_deadline_are_r
     ids = await insert(db, clock, 5)
     first, queued_a, queued_b, blocked, silent = ids
     handler = Answering()
-    lock = RowLock(database_url)
-    async with trio.open_nursery() as nursery:
+    async with RowLock(database_url) as lock, trio.open_nursery() as nursery:
         runner = await start_runner(nursery, db, database_url, clock, handler, concurrency=2)
         await until(lambda: set(handler.held) == {first, queued_a}, "two jobs claimed")
         await lock.take(first)
@@ -200,11 +198,10 @@ async def test_a_runner_failure_records_the_results_reported_and_gives_back_the_
     clock = BreakingClock()
     recording, queued, silent = await insert(db, clock, 3)
     handler = Answering()
-    lock = RowLock(database_url)
     with pytest.RaisesGroup(
         pytest.RaisesExc(RuntimeError, match="the clock broke"), flatten_subgroups=True
     ):
-        async with trio.open_nursery() as nursery:
+        async with RowLock(database_url) as lock, trio.open_nursery() as nursery:
             runner = await start_runner(nursery, db, database_url, clock, handler)
             await until(lambda: len(handler.held) == 3, "the jobs claimed")
             await lock.take(recording)
@@ -214,7 +211,11 @@ async def test_a_runner_failure_records_the_results_reported_and_gives_back_the_
             await until(lambda: queued in handler.reported, "the result queued")
             clock.broken = True
             runner.nudge()  # the claim loop reads the clock and fails
-            await release_once_stopped(lock)
+            with trio.CancelScope(shield=True):  # the failure cancels this block
+                # Only the claim loop can read the clock now (the recorder waits on the
+                # lock); the lock goes once it has, so the recorder never reads it.
+                await until(lambda: not clock.broken, "the claim loop to read the clock")
+                await release_once_stopped(lock)
     assert await states(db) == {
         recording: ("completed", 1),
         queued: ("completed", 1),

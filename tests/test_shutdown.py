@@ -122,7 +122,7 @@ async def test_pushes_answered_before_the_drain_ends_are_not_sent_again(
     people = {"alex": "tok-alex", "sam": "tok-sam"}
     config = make_config(server={"drain_period": "200ms"})
     with caplog.at_level(logging.WARNING, logger="bothy.wiring"):
-        async with trio.open_nursery() as nursery:
+        async with RowLock(database_url) as stall, trio.open_nursery() as nursery:
             node = await start_node(
                 nursery, database_url, providers={"fake": provider}, config=config
             )
@@ -146,7 +146,6 @@ async def test_pushes_answered_before_the_drain_ends_are_not_sent_again(
             (alex_job,) = await node.sql(
                 "SELECT id FROM bothy.jobs WHERE args->>'user_id' = 'alex'"
             )
-            stall = RowLock(database_url)
             await stall.take(alex_job[0])
             provider.answer("tok-alex")
             await wait_for(partial(a_write_waits, database_url), what="the first recording to wait")

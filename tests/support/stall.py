@@ -10,11 +10,18 @@ import trio
 
 
 class RowLock:
-    """One connection of the test's own holding job rows locked until :meth:`release`."""
+    """One connection of the test's own holding job rows locked until :meth:`release`
+    (at the latest when its ``async with`` block ends, however the test ends)."""
 
     def __init__(self, url: str) -> None:
         self._url = url
         self._conn: psycopg.Connection[Any] | None = None
+
+    async def __aenter__(self) -> RowLock:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.release()
 
     async def take(self, job_id: int) -> None:
         """Lock ``job_id``'s row in ``bothy.jobs``: every write to it waits from now on."""
@@ -27,7 +34,8 @@ class RowLock:
         await trio.to_thread.run_sync(take)
 
     async def release(self) -> None:
-        """End the transaction (shielded: a test calls it while being cancelled)."""
+        """End the transaction and close the connection (shielded: a test calls it while
+        being cancelled); again, nothing."""
 
         def release() -> None:
             if self._conn is not None:
