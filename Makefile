@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= config/dev.toml
 
-.PHONY: run test lint typecheck unit contract install-check client-test browser bench migrate demo schemas clean
+.PHONY: run test lint typecheck unit contract autobahn install-check client-test browser bench soak failover migrate demo schemas clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,8 @@ test: $(STAMP) lint typecheck install-check client-test unit
 
 ## lint: ruff, and the import-linter contracts of .importlinter (docs/architecture.md's layers)
 lint: $(STAMP)
-	$(VENV)/bin/ruff check bothy_notify gateway tests bench
-	$(VENV)/bin/ruff format --check bothy_notify gateway tests bench
+	$(VENV)/bin/ruff check bothy_notify gateway testkit tests bench
+	$(VENV)/bin/ruff format --check bothy_notify gateway testkit tests bench
 	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)
@@ -42,6 +42,14 @@ unit: $(STAMP)
 ## also part of `unit`); CONTRACT_SEED=random tries a new run, CONTRACT_EXAMPLES=N a longer one
 contract: $(STAMP)
 	$(PY) -m pytest -q -s tests/contract
+
+## autobahn: the Autobahn testsuite's fuzzing client, sections 1-7 (framing, pings, reserved
+## bits, opcodes, fragmentation, UTF-8, closing), against an echo server on the gateway's own
+## transport and frame code (tests/gateway/compliance). wstest is Python 2.7 only: it is
+## installed pinned into .autobahn/py2 (needs a Python 2.7, e.g. pyenv's). Not part of `test`;
+## the same cases run as a table test in `unit` (tests/gateway/compliance/test_autobahn_cases.py)
+autobahn: $(STAMP)
+	$(PY) -m tests.gateway.compliance.autobahn
 
 ## install-check: build the sdist and the wheel, install the wheel without extras in a fresh
 ## virtualenv, and from another directory run check-config, run (embedded PostgreSQL), one
@@ -76,9 +84,12 @@ browser:
 		else echo "browser: chromium is missing and cannot be installed here (not root or no apt-get)"; fi; }
 
 ## schemas: write schemas/config.schema.json from the configuration's definitions
-## (bothy_notify/config.py; a test fails while the file differs)
+## (bothy_notify/config/keys.py), and a new generated migration with the event checks of
+## bothy.append_event when schemas/events/*.json changed (bothy_notify/store/eventsql.py);
+## a test fails while either differs
 schemas: $(STAMP)
-	$(PY) -m bothy_notify.config_schema schemas/config.schema.json
+	$(PY) -m bothy_notify.config.schema schemas/config.schema.json
+	$(PY) -m bothy_notify.store.eventsql
 
 migrate: $(STAMP)
 	$(VENV)/bin/bothy-notify migrate --config $(CONFIG)
@@ -86,10 +97,24 @@ migrate: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/bothy-notify demo --config $(CONFIG)
 
-## bench: every benchmark, each alone
+## bench: every benchmark, each alone, but the soak (bench/soak.py: a long run of its own,
+## `make soak`) and the failover run (`make failover`)
 bench: $(STAMP)
-	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in bench/[!_]*.py; do \
+		case "$$b" in bench/soak.py|bench/failover.py) continue;; esac; \
+		echo "== $$b"; $(PY) $$b || exit 1; done
+
+## soak: memory over a long run of two nodes (bench/soak.py; minutes as its --help says)
+soak: $(STAMP)
+	$(PY) bench/soak.py
+
+## failover: bench/failover.py: a three-node Patroni cluster (etcd, PostgreSQL 15, installed
+## with apt-get when missing, as root) under load, and a killed, a switched-over and a frozen
+## leader at each position of the multi-host URL (docs/operations.md, "High availability").
+## About 17 minutes on 2 cores; not part of CI (see bench/results/2026-12-05-failover.md).
+failover: $(STAMP)
+	$(PY) bench/failover.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .autobahn
 	rm -rf $(CLIENT)/node_modules $(CLIENT)/dist $(CLIENT)/build

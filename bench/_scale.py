@@ -304,7 +304,7 @@ def label(statement: Statement) -> str:
     return f"{verb} {'+'.join(tables)}"
 
 
-TINY_TABLES = frozenset({"consumer_cursor", "nodes", "event_types", "provider_deliveries"})
+TINY_TABLES = frozenset({"consumer_cursor", "nodes", "provider_deliveries"})
 """Tables with a row per cluster node, per provider or a single row: a scan of them is
 as cheap as a probe, whatever the load."""
 
@@ -482,6 +482,7 @@ def capture_round(url: str, config: Any, node_timeout: timedelta, limit: int) ->
     """The statements of one round of up to ``limit`` events as a node of a cluster
     decides them (shared presence read with the group, gateway jobs targeted at the
     node holding the connections, coalescing windows as configured). It commits."""
+    from bothy_notify.config import LiveConfig
     from bothy_notify.kernel.clock import SystemClock
     from bothy_notify.kernel.metrics import Metrics
     from bothy_notify.notify.facts import SharedPresence
@@ -490,7 +491,7 @@ def capture_round(url: str, config: Any, node_timeout: timedelta, limit: int) ->
 
     consumer = ConsumerRound(
         database_url=url,
-        config=config,
+        config=LiveConfig(config),
         clock=SystemClock(),
         presence=SharedPresence(node_timeout),
         live=JobLiveRoutes(push_max_attempts=config.push.max_attempts),
@@ -511,6 +512,7 @@ def capture_jobs(url: str, config: Any, node_id: str) -> list[Statement]:
     completion; the claim and check of as many of the node's gateway hints as a
     runner's room holds; one flush at its window's end. Each in a transaction rolled
     back afterwards."""
+    from bothy_notify.config import LiveConfig
     from bothy_notify.kernel.clock import SystemClock, from_unix_micros
     from bothy_notify.kernel.metrics import Metrics
     from bothy_notify.notify import facts
@@ -563,7 +565,7 @@ def capture_jobs(url: str, config: Any, node_id: str) -> list[Statement]:
             flush = FlushHandler(
                 db=None,  # type: ignore[arg-type]
                 clock=clock,
-                config=config,
+                config=LiveConfig(config),
                 presence=SharedPresence(config.cluster.node_timeout),
                 live=JobLiveRoutes(push_max_attempts=config.push.max_attempts),
                 metrics=Metrics(),

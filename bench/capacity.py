@@ -32,11 +32,13 @@ class Input:
 
 
 PERF = "docs/performance.md"
+GATEWAY_RUNS = "bench/results/2026-12-04-gateway.md"
+PUSH_RUNS = "bench/results/2026-12-02-push.md"
 ISSUE = "issue 19 (measured 2026-12-03)"
-PUBLIC = "docs/performance.md, public path (bench/public_path.py, i19-http, loaded machine)"
+PUBLIC = "bench/results/2026-12-04-public-path.md (bench/public_path.py, i19-http, loaded)"
 SCALE = "bench/decide.py --scale (this branch, loaded machine)"
 CEILING = "bench/pg_ceiling.py (this branch, loaded machine)"
-BEAT = "docs/performance.md, heartbeat (bench/heartbeat.py, i19-gateway, loaded machine)"
+BEAT = "bench/results/2026-12-04-heartbeat.md (bench/heartbeat.py, i19-gateway, loaded)"
 
 INPUTS: dict[str, Input] = {
     # The deployment to size (the issue's figures).
@@ -97,7 +99,7 @@ INPUTS: dict[str, Input] = {
         " the round's and the jobs' for 10 recipients (about a third, by its profile)",
     ),
     "append_pg_us_per_event": Input(
-        350, f"{PERF}: one append_event costs PostgreSQL 0.25-0.45 ms alone (53 us in tens)"
+        350, f"{GATEWAY_RUNS}: one append_event costs PostgreSQL 0.25-0.45 ms alone (53 us in tens)"
     ),
     # The round (one, across the cluster).
     "round_python_us_per_recipient": Input(
@@ -111,8 +113,8 @@ INPUTS: dict[str, Input] = {
     ),
     "projection_pg_us": Input(41, f"{SCALE}: thread.read, PostgreSQL per event"),
     # The job runner.
-    "push_cpu_us": Input(137.7, f"{PERF}: bench/push.py, daemon CPU per push (quiet)"),
-    "push_pg_us": Input(55.8, f"{PERF}: bench/push.py, PostgreSQL CPU per push (quiet)"),
+    "push_cpu_us": Input(137.7, f"{PUSH_RUNS}: bench/push.py, daemon CPU per push (quiet)"),
+    "push_pg_us": Input(55.8, f"{PUSH_RUNS}: bench/push.py, PostgreSQL CPU per push (quiet)"),
     # PostgreSQL, one primary.
     "pg_cpu_us_per_row_insert": Input(10.8, f"{CEILING}: insert_100"),
     "pg_cpu_us_per_row_update": Input(7.96, f"{CEILING}: update_100 (deletes taken alike)"),

@@ -71,7 +71,7 @@ def pgbench() -> str:
 def settled_cpu(postmaster: int) -> float:
     """PostgreSQL's CPU once the backends of a finished pgbench are gone: a backend
     that has exited but is not reaped yet is in neither the live children nor the
-    postmaster's children's times (a reading at once missed a quarter of them)."""
+    postmaster's children's times (a reading at once missed some of them)."""
     last = postgres_cpu(postmaster)
     for _ in range(20):
         time.sleep(0.5)

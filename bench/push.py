@@ -1,16 +1,16 @@
 """Benchmark: ``notify.push_send`` jobs through the real runner to a fake APNs.
 
-The fake APNs runs in its own process (``bench/_fakes.py``): ``--fake nginx``
+The fake APNs runs in its own process (``testkit/fakes``): ``--fake nginx``
 (the default: nginx with HTTP/2 and TLS answering APNs-shaped 200s at C speed,
 installed from Debian's packages when missing) or ``--fake python``
-(``tests/push/fake_apns.py``, which checks every request the way Apple does
-and costs about 0.5 ms of CPU per request). In one run:
+(``testkit/fakes/apns.py``, which checks every request the way Apple does
+and costs more CPU per request than the client). In one run:
 
 1. bare: a loop of ``--concurrency`` tasks posting the provider's exact
    requests to the same fake with the same client the provider uses
    (``bench/http2_clients.py``'s ``pycurl`` loop): requests/s;
 2. pipeline: ``--jobs`` push_send jobs inserted at once into the embedded
-   PostgreSQL, run by a real daemon (role worker: job runner, PushSendHandler,
+   PostgreSQL, run by a real daemon (role worker: job runner, the push handler (HintPush),
    the APNs provider built from ``[push.apns]``, per-provider limiter,
    results recorded in batches): pushes/s from the insert's commit to the last
    job recorded, and the CPU per push of this process (the daemon) and of
@@ -53,13 +53,18 @@ and one of ``--jobs`` ``notify.push_clear`` jobs (clear-on-read: each of a mark
 of its own, so every clear is sent) run in one daemon: the CPU per clear push
 and per push (daemon + PostgreSQL) and their ratio. The stall phase is skipped.
 
-With ``--quiet`` ``--rounds`` alternations of three batches of ``--jobs``
+With ``--quiet`` ``--rounds`` alternations of five batches of ``--jobs``
 push_send jobs, each in a fresh daemon: nobody has quiet hours (``none``);
 everybody has quiet hours that do not cover now (``set``: each send reads and
 evaluates them, and sends); everybody is snoozed (``held``: each push is held,
-a row of ``bothy.held_pushes`` and the person's summary queued, nothing sent).
-Reported: the CPU per push of each (daemon + PostgreSQL) and the ratios of
-``set`` and ``held`` to ``none``. The stall phase is skipped.
+a row of ``bothy.held_pushes`` and the person's summary queued, nothing sent);
+60 people are snoozed and nobody else has quiet hours (``snooze60``); the same
+60 people have the pathological schedule of issue 30 instead (``dst14``: 14
+back-to-back entries every day in Europe/Berlin, quiet all the time, so each
+of their sends works out when the period ends; ``bench/_quiet.py``). Reported:
+the CPU per push of each (daemon + PostgreSQL) and the ratios to ``none``, and
+``dst14`` to ``snooze60`` (the same pushes held: the schedule's cost alone).
+The stall phase is skipped.
 
 Usage: .venv/bin/python bench/push.py [--fake nginx|python] [--jobs N] [--bare N]
        [--registrations R] [--concurrency C] [--max-in-flight M] [--stall-seconds S]
@@ -71,8 +76,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -98,9 +101,14 @@ from bench._common import (  # noqa: E402
     postgres_pid,
     process_cpu,
     report,
-    tree_cpu,
 )
-from bench._fakes import KEY_ID, TEAM_ID, TOPIC, FakeApnsServer, start_fake  # noqa: E402
+from bench._daemon import BenchDaemon  # noqa: E402
+from bench._quiet import (  # noqa: E402
+    PATHOLOGICAL_PEOPLE,
+    pathological_doc,
+    snooze_doc,
+    store_quiet,
+)
 from bench.http2_clients import run_client  # noqa: E402
 from bothy_notify.config import structure_config  # noqa: E402
 from bothy_notify.kernel.clock import to_unix_micros  # noqa: E402
@@ -117,6 +125,8 @@ from bothy_notify.push.webpush import (  # noqa: E402
     pack_keys,
 )
 from bothy_notify.wiring import Daemon  # noqa: E402
+from testkit.daemon import DaemonFailed  # noqa: E402
+from testkit.fakes import KEY_ID, TEAM_ID, TOPIC, FakeApnsServer, start_fake  # noqa: E402
 
 
 def rss_mb() -> tuple[float, float]:
@@ -189,9 +199,9 @@ def seed_unread(url: str, regs: list[tuple[str, str]]) -> None:
         )
 
 
-QUIET_MODES = ("none", "set", "held")
+QUIET_MODES = ("none", "set", "held", "snooze60", "dst14")
 """``--quiet``'s batches: nobody with quiet hours, everybody's set but not quiet
-now, everybody snoozed."""
+now, everybody snoozed, 60 people snoozed, 60 people with the pathological schedule."""
 
 
 def set_quiet(url: str, regs: list[tuple[str, str]], mode: str) -> None:
@@ -208,18 +218,19 @@ def set_quiet(url: str, regs: list[tuple[str, str]], mode: str) -> None:
             "snooze_until": None,
             "breakthrough": ["mentions"],
         }
+    elif mode == "dst14":
+        doc = pathological_doc()
     else:
-        snooze = (now + timedelta(hours=1)).isoformat().replace("+00:00", "Z")
-        doc = {"time_zone": "UTC", "schedule": [], "snooze_until": snooze, "breakthrough": []}
+        doc = snooze_doc(now)
+    people = [u for _, u in regs]
+    if mode in ("snooze60", "dst14"):  # the same 60 people, spread over the batch
+        people = people[:: max(1, len(people) // PATHOLOGICAL_PEOPLE)][:PATHOLOGICAL_PEOPLE]
     with psycopg.connect(url) as conn, conn.cursor() as cur:
         cur.execute("DELETE FROM bothy.quiet_hours")
         cur.execute("DELETE FROM bothy.held_pushes")
         cur.execute("DELETE FROM bothy.jobs WHERE kind = 'notify.quiet_summary'")
         if mode != "none":
-            cur.executemany(
-                "INSERT INTO bothy.quiet_hours (user_id, doc, updated_at) VALUES (%s, %s, %s)",
-                [(u, psycopg.types.json.Jsonb(doc), now) for _, u in regs],
-            )
+            store_quiet(cur, [(u, doc) for u in people])
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE bothy.quiet_hours")
 
@@ -658,35 +669,23 @@ async def command_pipeline(
     start: int,
 ) -> dict[str, Any]:
     """One pipeline run by ``bothy-notify run --processes N`` (see the docstring)."""
-    log = config.parent / f"node-{processes}-{start}.log"
-    with log.open("wb") as out:
-        node = subprocess.Popen(  # noqa: ASYNC220 (a fork and exec; waited for in a thread)
-            [
-                sys.executable,
-                "-m",
-                "bothy_notify.cli",
-                "run",
-                "--config",
-                str(config),
-                "--processes",
-                str(processes),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "BENCH_APNS_KEY": pem},
-        )
+    node = BenchDaemon(
+        config_file=config,
+        log_file=config.parent / f"node-{processes}-{start}.log",
+        env={"BENCH_APNS_KEY": pem},
+        args=("--processes", str(processes)),
+    )
     try:
-        with trio.fail_after(120):
-            while b"bothy-notify running" not in log.read_bytes():
-                if node.poll() is not None:
-                    raise SystemExit(f"the node exited with {node.returncode}:\n{log.read_text()}")
-                await trio.sleep(0.05)
+        try:
+            await node.start(timeout=120)
+        except DaemonFailed as exc:
+            raise SystemExit(str(exc)) from None
         await trio.to_thread.run_sync(insert_jobs, url, regs, args.warmup, start)
         with trio.fail_after(60):
             await wait_drained(url)
         postmaster = postgres_pid(url)
         failed_before = await trio.to_thread.run_sync(failed_jobs, url)
-        nodes_cpu, fake_cpu = tree_cpu(node.pid), process_cpu(fake.pid)
+        nodes_cpu, fake_cpu = node.tree_cpu_seconds(), process_cpu(fake.pid)
         pg_cpu = postgres_cpu(postmaster) if postmaster else 0.0
         busy, total = machine_busy()
         before = await trio.to_thread.run_sync(last_job_id, url)
@@ -702,19 +701,14 @@ async def command_pipeline(
             "processes": processes,
             "pushes_per_s": args.jobs / elapsed,
             "pipeline_seconds": elapsed,
-            "daemon_cpu_us": (tree_cpu(node.pid) - nodes_cpu) * per,
+            "daemon_cpu_us": (node.tree_cpu_seconds() - nodes_cpu) * per,
             "postgres_cpu_us": (postgres_cpu(postmaster) - pg_cpu) * per if postmaster else None,
             "fake_cpu_us": (process_cpu(fake.pid) - fake_cpu) * per,
             "machine_busy_pct": 100 * (busy2 - busy) / max(1.0, total2 - total),
             "failed": await trio.to_thread.run_sync(failed_jobs, url) - failed_before,
         }
     finally:
-        node.send_signal(signal.SIGTERM)
-        try:
-            await trio.to_thread.run_sync(node.wait, 60)
-        except subprocess.TimeoutExpired:
-            node.kill()
-            node.wait()
+        await node.stop(timeout=60)
     return figures
 
 
@@ -991,6 +985,9 @@ def report_quiet(args: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
         },
         ratio_set=round(sum(figures["set"][:2]) / base, 3),
         ratio_held=round(sum(figures["held"][:2]) / base, 3),
+        ratio_snooze60=round(sum(figures["snooze60"][:2]) / base, 3),
+        ratio_dst14=round(sum(figures["dst14"][:2]) / base, 3),
+        ratio_dst14_to_snooze60=round(sum(figures["dst14"][:2]) / sum(figures["snooze60"][:2]), 3),
         rounds=args.rounds,
         jobs=args.jobs,
         fake=args.fake,
@@ -1090,7 +1087,7 @@ def main() -> None:
         "--quiet",
         action="store_true",
         help="the quiet-hours check's cost: --rounds alternations of nobody set, set but"
-        " not quiet, and held",
+        " not quiet, held, 60 people snoozed, and 60 with the pathological schedule",
     )
     args = parser.parse_args()
     if args.quiet and (

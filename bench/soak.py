@@ -25,11 +25,11 @@ within ``server.drain_period``) and started again on the same ports; with
 ``--warmup`` minutes to the end in % (target: <= 5 %) and its slope (MB/min,
 least squares over the minutes after the warm-up), for the nodes never
 restarted; with tracing, each node's top ``tracemalloc`` growers between the
-two snapshots (SIGUSR2 at the warm-up's end and at the end). A variant is
-``+``-joined words: ``trace`` or ``notrace`` (``BOTHY_NOTIFY_MEMORY_TRACE``;
-``--no-trace`` is the default for nodes that say neither), ``notrim``
-(``BOTHY_NOTIFY_MALLOC_TRIM=off``) and ``arena2`` (``MALLOC_ARENA_MAX=2``), so
-one run compares them side by side under the same load.
+two snapshots (SIGUSR2 at the warm-up's end and at the end). Tracing costs memory
+of its own (a larger RSS). A variant is ``+``-joined words: ``trace`` or
+``notrace`` (``BOTHY_NOTIFY_MEMORY_TRACE``; ``--no-trace`` is the default for nodes
+that say neither), ``notrim`` (``BOTHY_NOTIFY_MALLOC_TRIM=off``) and ``arena2``
+(``MALLOC_ARENA_MAX=2``), so one run compares them side by side under the same load.
 
 **History** (``bench/_history.py``). Once the producer stops and the cluster has
 settled, from the producer's accepted messages, the ``notify.push_send`` jobs
@@ -70,15 +70,18 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import _RUNNING, CliNode, bench_database, machine, report
-from bench._daemon import KEY
+from bench._common import bench_database, machine, report
+from bench._daemon import KEY, BenchDaemon
 from bench._history import PushJob, Send, Stop, check, followers_of
-from bench._wsclient import PING, Closed, RawGateway
 from bothy_notify.auth import mint_token
+from testkit.daemon import write_settings
+from testkit.ws import PING, Closed, GatewayClient
 
 TARGET_PCT = 5.0
 TOP = 8
 """Growers per node in the report."""
+START_TIMEOUT = 180.0
+"""Seconds a node may take to serve (a loaded machine imports the daemon slowly)."""
 SETTLE_TIMEOUT = 300.0
 """Seconds the cluster may take, once the producer stops, to finish every job due."""
 VARIANT_WORDS = frozenset({"trace", "notrace", "notrim", "arena2"})
@@ -114,49 +117,58 @@ def now_utc() -> datetime:
 # -- the nodes -------------------------------------------------------------------------
 
 
-class Node(CliNode):
-    """One soak node; ``variant`` says how its memory is handled (module docstring)."""
+class Node(BenchDaemon):
+    """One soak node (the kit's launcher); ``variant`` says how its memory is handled
+    (module docstring)."""
 
     def __init__(self, name: str, workdir: Path, url: str, variant: str, trace: bool) -> None:
         words = set(variant.split("+")) - {""}
         unknown = words - VARIANT_WORDS
         if unknown:
             raise SystemExit(f"unknown variant word(s) {sorted(unknown)} in {variant!r}")
-        self.variant = variant or "default"
-        self.records = workdir / f"{name}-pushes.jsonl"
-        self.trace = workdir / f"{name}-memtrace.json"
-        self._lines = [
-            "[server]",
-            'role = "all"',
-            'api_listen = "127.0.0.1:0"',
-            'gateway_listen = "127.0.0.1:0"',
-            'drain_period = "5s"',
-            "[cluster]",
-            'mode = "multi"',
-            "[database]",
-            'url = "env:BOTHY_BENCH_DATABASE"',
-            "pool_size = 10",
-            "[[auth.keys]]",
-            'algorithm = "HS256"',
-            'key = "env:BOTHY_BENCH_KEY"',
-            "[sync]",
-            'heartbeat = "10s"',
-            "[notify]",
-            'coalesce_window = "0s"',
-            "[push.fake]",
-            f'record_file = "{self.records}"',
-            "[log]",
-            'level = "warning"',
-        ]
+        records = workdir / f"{name}-pushes.jsonl"
+        config = "\n".join(
+            [
+                "[server]",
+                'role = "all"',
+                'api_listen = "127.0.0.1:0"',
+                'gateway_listen = "127.0.0.1:0"',
+                'drain_period = "5s"',
+                "[cluster]",
+                'mode = "multi"',
+                "[database]",
+                'url = "env:BOTHY_BENCH_DATABASE"',
+                "pool_size = 10",
+                "[[auth.keys]]",
+                'algorithm = "HS256"',
+                'key = "env:BOTHY_BENCH_KEY"',
+                "[sync]",
+                'heartbeat = "10s"',
+                "[notify]",
+                'coalesce_window = "0s"',
+                "[push.fake]",
+                f'record_file = "{records}"',
+                "[log]",
+                'level = "warning"',
+            ]
+        )
+        trace_file = workdir / f"{name}-memtrace.json"
         env = {"BOTHY_BENCH_DATABASE": url, "BOTHY_BENCH_KEY": KEY}
         if "trace" in words or (trace and "notrace" not in words):
-            env["BOTHY_NOTIFY_MEMORY_TRACE"] = str(self.trace)
+            env["BOTHY_NOTIFY_MEMORY_TRACE"] = str(trace_file)
         if "notrim" in words:
             env["BOTHY_NOTIFY_MALLOC_TRIM"] = "off"
         if "arena2" in words:
             env["MALLOC_ARENA_MAX"] = "2"
-        super().__init__(name, workdir, "\n".join(self._lines) + "\n", env)
-        self._offset = 0
+        super().__init__(
+            config_file=write_settings(workdir / f"{name}.toml", config + "\n"),
+            log_file=workdir / f"{name}.log",
+            env=env,
+            cwd=workdir,
+        )
+        self.variant = variant or "default"
+        self.records = records
+        self.trace = trace_file
         self.lives = 1
         self.skips_before: dict[str, float] = {}
         """Skips counted in the node's earlier lives, by reason (their counters ended
@@ -165,37 +177,6 @@ class Node(CliNode):
     @property
     def traced(self) -> bool:
         return "BOTHY_NOTIFY_MEMORY_TRACE" in self.env
-
-    def start(self) -> None:
-        self._offset = self.log.stat().st_size if self.log.exists() else 0
-        super().start()
-
-    def wait_serving(self, timeout: float = 180.0) -> None:
-        """Wait for this life's "running" line (the log keeps the earlier ones)."""
-        assert self.process is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.log.read_bytes()[self._offset :].decode(errors="replace")
-            found = _RUNNING.search(text)
-            if found is not None:
-                self.api, self.gateway = found["api"], found["gateway"]
-                return
-            if self.process.poll() is not None:
-                raise RuntimeError(f"node {self.name} exited:\n{text[-3000:]}")
-            time.sleep(0.05)
-        raise RuntimeError(f"node {self.name} did not start in time")
-
-    def pin_ports(self) -> None:
-        """The next lives listen where this one does (desktops come back to it)."""
-        lines = [
-            f'api_listen = "{self.api}"'
-            if line.startswith("api_listen")
-            else f'gateway_listen = "{self.gateway}"'
-            if line.startswith("gateway_listen")
-            else line
-            for line in self._lines
-        ]
-        self.config.write_text("\n".join(lines) + "\n")
 
     def skipped(self) -> dict[str, float]:
         """Skips this life counted, by reason (``bothy_push_skipped_total``)."""
@@ -212,16 +193,16 @@ class Node(CliNode):
             self.skips_before[reason] = self.skips_before.get(reason, 0.0) + value
 
     def restart(self, sig: signal.Signals) -> dict[str, Any]:
-        """Stop with ``sig``, start again; returns what happened, for the report."""
+        """Stop with ``sig``, start again on the same ports; returns what happened,
+        for the report."""
         assert self.process is not None
         self.bank_skips()
         at = now_utc()
         began = time.monotonic()
-        self.process.send_signal(sig)
+        self.kill(sig)
         code = self.process.wait(60)
         stopped = time.monotonic() - began
-        self.start()
-        self.wait_serving()
+        self.start_sync(timeout=START_TIMEOUT)
         self.lives += 1
         return {
             "node": self.name,
@@ -383,19 +364,18 @@ async def _desktops(
     connects: Synchronized[int],
     hints: Synchronized[int],
 ) -> None:
-    host, _, port = gateway.rpartition(":")
     scopes: dict[str, trio.CancelScope] = {}
     closes: dict[str, int] = {}
     pings = 0
 
-    async def heartbeat(ws: RawGateway, every: float) -> None:
+    async def heartbeat(ws: GatewayClient, every: float) -> None:
         nonlocal pings
         while True:
             await trio.sleep(every)
-            await ws.send(PING)
+            await ws.send_frame(PING)
             pings += 1
 
-    async def read(ws: RawGateway) -> None:
+    async def read(ws: GatewayClient) -> None:
         while True:
             if (await ws.op()).get("type") == "notification.created":
                 hints.value += 1
@@ -406,7 +386,7 @@ async def _desktops(
             with trio.CancelScope() as scope:
                 scopes[user] = scope
                 try:
-                    ws = await RawGateway.open(host, int(port))
+                    ws = await GatewayClient.open(gateway)
                 except (OSError, Closed, trio.BrokenResourceError):
                     # Refused, or reset by a stopping node's listener before the upgrade.
                     closes["refused"] = closes.get("refused", 0) + 1
@@ -575,9 +555,9 @@ def run(args: argparse.Namespace, workdir: Path, url: str) -> dict[str, Any]:
     stops: list[dict[str, Any]] = []
     try:
         for node in nodes:
-            node.start()
+            node.launch()
         for node in nodes:
-            node.wait_serving()
+            node.wait_serving_sync(timeout=START_TIMEOUT)
             node.pin_ports()
         print(
             f"{len(nodes)} nodes serving: "
@@ -626,7 +606,7 @@ def run(args: argparse.Namespace, workdir: Path, url: str) -> dict[str, Any]:
             time.sleep(max(0.0, started + 60 * minute - time.monotonic()))
             for node in nodes:
                 if node.process is not None and node.process.poll() is not None:
-                    raise RuntimeError(f"node {node.name} exited:\n{node.log.read_text()[-3000:]}")
+                    raise RuntimeError(f"node {node.name} exited:\n{node.log_tail()}")
                 series[node.name].append((minute, node.rss_mb()))
             rss = ", ".join(f"{n}: {s[-1][1]:.1f} MB" for n, s in series.items())
             print(
@@ -674,7 +654,7 @@ def run(args: argparse.Namespace, workdir: Path, url: str) -> dict[str, Any]:
         holder = [n.name for n in nodes if metrics[n.name].get("bothy_consumer_holder") == 1]
     finally:
         for node in nodes:
-            node.stop()
+            node.stop_sync()
 
     history = check(
         accepted=read_accepted(accepted_file),

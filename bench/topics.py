@@ -46,7 +46,7 @@ from bench._common import (
     process_cpu,
     report,
 )
-from bothy_notify.config import structure_config
+from bothy_notify.config import LiveConfig, structure_config
 from bothy_notify.kernel.clock import SystemClock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import NoPresence
@@ -156,7 +156,7 @@ def run_round(url: str, batch: int) -> RoundRun:
 
     consumer = ConsumerRound(
         database_url=url,
-        config=config,
+        config=LiveConfig(config),
         clock=SystemClock(),
         presence=NoPresence(),
         live=FailClosedRoutes(),

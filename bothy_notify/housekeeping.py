@@ -98,6 +98,8 @@ class Housekeeper:
             return rescued, counts, lag
 
         (again, failed), counts, lag = await self._db.run(work)
+        self._metrics.jobs_rescued.labels("again").inc(again)
+        self._metrics.jobs_rescued.labels("failed").inc(failed)
         if again or failed:
             log.warning(
                 "jobs whose lease ran out were rescued",
@@ -108,7 +110,8 @@ class Housekeeper:
 
     async def sweep_now(self) -> SweepResult:
         now = self._clock.now()
-        result = await self._db.run(lambda c: sweep(c, now, self._config))
+        # Bulk: a prune of an hour's rows may take longer than a request's bounds.
+        result = await self._db.run(lambda c: sweep(c, now, self._config), bulk=True)
         self._metrics.registration("expired", result.registrations_expired, cause="not_renewed")
         self._metrics.registration("deleted", result.registrations_deleted)
         if result.recipients_expired:

@@ -67,7 +67,9 @@ import trio
 from bothy_notify.config import JobsConfig
 from bothy_notify.kernel.backoff import Backoff
 from bothy_notify.kernel.clock import Clock
+from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.kernel.metrics import Children, Metrics
+from bothy_notify.kernel.results import Result
 from bothy_notify.kernel.supervise import Supervised, error_type
 from bothy_notify.store import jobs as queue
 from bothy_notify.store.db import (
@@ -108,9 +110,9 @@ class BatchedEffect:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """The job is finished; ``result`` labels the metric (``delivered``, ``skipped``...)."""
+    """The job is finished; ``result`` labels the metric (``delivered``, ``skipped_read``...)."""
 
-    result: str = "done"
+    result: Result = Result.DONE
     effect: Effect | BatchedEffect | None = None
 
 
@@ -191,6 +193,16 @@ RECORD_RETRY = Backoff(initial=0.05, cap=5.0)
 """Recording results while the database is unreachable: soon at first (most losses
 are a moment's), then no more than every 5 s."""
 
+CHECK_ATTEMPTS = 8
+"""Attempts to ask whether a recording cut off had committed (:data:`RECORD_RETRY`'s
+waits between them: about 6 s in all)."""
+
+RENEW_RETRY = Backoff(initial=0.25, cap=2.0)
+"""Renewing leases after a renewal failed (the connection broke, or the server did not
+answer): again soon rather than a period later, so a failover that takes most of a
+lease still finds the leases renewed on the new primary (the next period's wait is
+the longest)."""
+
 
 def backoff(attempt: int, rng: random.Random | None = None) -> timedelta:
     """Exponential backoff with jitter: ``base * 2**(attempt-1)``, capped, times [0.5, 1)."""
@@ -226,17 +238,17 @@ _RECORD_LINGER = 0.01
 """Seconds the recorder waits for more results when several are already queued; a
 lone result is recorded at once. Fewer, larger transactions keep the worker threads
 from contending with the event loop at high rates, but runner slots stay taken
-until their job is recorded: at 2,000+ pushes/s 50 ms cost a fifth of the
-throughput for no CPU saved, 10 ms does not (bench/push.py, docs/performance.md)."""
+until their job is recorded: at high push rates a 50 ms wait cost throughput for no
+CPU saved, this one does not (``bench/push.py``)."""
 
 
 CLAIMED_ROOM = 4
 """Jobs handed over already claimed (the round's local gateway hints) may fill up to
 this many times ``jobs.concurrency``: they are published in memory within a turn of
 the loop, and what keeps them in flight is the recording of their results. A round
-at 2,000 hints/s hands over ~500 at once; bounded by ``jobs.concurrency`` alone,
-the next round's hints went to the claim loop (two more queries and three thread
-hops each: twice the CPU per hint, bench/gateway.py). The claim loop still claims
+at a high hint rate hands over hundreds at once; bounded by ``jobs.concurrency``
+alone, the next round's hints went to the claim loop (two more queries and three
+thread hops each, more CPU per hint in ``bench/gateway.py``). The claim loop still claims
 only while fewer than ``jobs.concurrency`` are in flight."""
 
 
@@ -253,6 +265,8 @@ class JobRunner:
         metrics: the registry.
         node_id: this node's id in a cluster (``cluster.mode = "multi"``): jobs
             targeted at other nodes are not claimed. ``None`` on a single node.
+        instrument: told of claims, checks and dispatches
+            (:mod:`bothy_notify.kernel.instrument`).
     """
 
     def __init__(
@@ -266,9 +280,11 @@ class JobRunner:
         poll_interval: timedelta,
         metrics: Metrics,
         node_id: str | None = None,
+        instrument: Instrument | None = None,
     ) -> None:
         self._db = db
         self._node_id = node_id
+        self._instrument = instrument
         self._clock = clock
         self._handlers: Mapping[str, JobHandler] = {h.kind: h for h in handlers}
         self._check_at_claim: Mapping[str, ChecksAtClaim] = {
@@ -280,6 +296,8 @@ class JobRunner:
         self._finished = Children(metrics.jobs_finished)
         self._in_flight: dict[Fence, Job] = {}
         """Claimed and not yet recorded: renewed; given back at a stop unless reported."""
+        self._lost: set[Fence] = set()
+        """In flight, and a renewal found the fence lost: recording them stops retrying."""
         self._reported: dict[Fence, tuple[Job, JobResult]] = {}
         """Results reported and not yet recorded (a subset of ``_in_flight``): a stop
         records them before giving anything back."""
@@ -301,11 +319,13 @@ class JobRunner:
             name="runner",
             reconnect=reconnect_backoff(self._poll),
             catch_up=self._catch_up,
+            timeouts=db.timeouts,
         )
         self._listener = Supervised("runner.listen", self._listen_loop, metrics=metrics)
         self._renewer = Supervised("runner.renew", self._renew_loop, metrics=metrics)
         self._work: trio.Nursery | None = None
         self.running = False
+        self._claim_failing = False
         self._claims = self._claimed = self._records = self._recorded = 0
         self.lost_leases = 0
         """Results dropped because another claim held the job by then (statistics)."""
@@ -374,6 +394,8 @@ class JobRunner:
         for job in jobs:
             self._in_flight[job.fence] = job
         self._running += len(jobs)
+        if self._instrument is not None:
+            self._instrument.jobs_dispatched([job.args for job in jobs])
         work.start_soon(self._run_group, handler or self._handlers[kind], list(jobs))
         return True
 
@@ -471,6 +493,7 @@ class JobRunner:
         fences = list(self._in_flight)
         self._in_flight.clear()
         self._reported.clear()
+        self._lost.clear()
         if not fences:
             return
         with trio.move_on_after(STOP_RELEASE_BOUND):
@@ -485,8 +508,15 @@ class JobRunner:
 
     @property
     def healthy(self) -> bool:
-        """Running, with its ``LISTEN`` and renewal loops up (``/readyz``)."""
-        return self.running and self._listener.up and self._renewer.up
+        """Running, with its ``LISTEN`` and renewal loops up, its ``LISTEN``
+        connection open and its last claim answered (``/readyz``)."""
+        return (
+            self.running
+            and self._listener.up
+            and self._renewer.up
+            and self._jobs_listener.connected
+            and not self._claim_failing
+        )
 
     async def _claim_loop(self, work: trio.Nursery) -> None:
         kinds = self.kinds
@@ -509,8 +539,10 @@ class JobRunner:
                 )
             except StoreError:
                 log.warning("claiming jobs failed; retrying after the poll interval")
+                self._claim_failing = True
                 await trio.sleep(self._poll)
                 continue
+            self._claim_failing = False
             if jobs:
                 self._claims += 1
                 self._claimed += len(jobs)
@@ -559,12 +591,17 @@ class JobRunner:
             kinds=kinds,
             node_id=self._node_id,
         )
+        instrument = self._instrument
+        if instrument is not None and jobs:
+            instrument.jobs_claimed([job.args for job in jobs])
         checked: dict[str, JobHandler] = {}
         for kind in self._check_at_claim.keys() & {job.kind for job in jobs}:
             handler = self._check_at_claim[kind]
             group = [job for job in jobs if job.kind == kind]
             try:
                 checked[kind] = handler.checked(handler.check(conn, group, now))
+                if instrument is not None:
+                    instrument.jobs_checked([job.args for job in group])
             except Exception as exc:  # the handler's own check runs again, and reports
                 log.warning(
                     "checking claimed jobs failed; their handler checks them",
@@ -580,6 +617,8 @@ class JobRunner:
             self._in_flight[job.fence] = job
             by_kind.setdefault(job.kind, []).append(job)
         self._running += len(jobs)
+        if self._instrument is not None:
+            self._instrument.jobs_dispatched([job.args for job in jobs])
         for kind, group in by_kind.items():
             work.start_soon(self._run_group, checked.get(kind) or self._handlers[kind], group)
 
@@ -661,6 +700,7 @@ class JobRunner:
         for job, result in batch:
             self._in_flight.pop(job.fence, None)
             self._reported.pop(job.fence, None)
+            self._lost.discard(job.fence)
             if job.fence not in held:
                 lost += 1
                 label = "lost_lease"
@@ -681,30 +721,84 @@ class JobRunner:
     async def _apply(self, batch: list[tuple[Job, JobResult]]) -> set[Fence]:
         """Record ``batch`` in one transaction; retry while the database is unreachable.
 
-        Returns the fences that held.
+        A write whose connection broke or did not answer (``StoreUnavailable``,
+        ``StoreTimeout``) may or may not have committed. It is written again on a
+        fresh connection (the pool and the direct connection reconnect through the
+        URL: after a failover, to the new primary), with the same ``now``, for as
+        long as the fences may hold: the renewal keeps the leases meanwhile, and
+        the retries end when the write succeeds or every fence of the batch is
+        lost (a renewal found another claim). A fence that held when the write
+        landed is the proof that nobody else took the job, so a result recorded
+        late is recorded once and its job is not rescued.
+
+        After such a retry, the results that the earlier attempt did commit (the
+        row shows this claim finished at ``now``) count as recorded, not as
+        lost; their effects were applied by that commit.
+
+        Returns the fences recorded by this runner.
         """
         retries = RECORD_RETRY.retries()
         # One statement (say, gateway hints all done) commits on its own: no BEGIN/COMMIT,
         # and when it only completes jobs, no worker thread either.
         single = records_in_one_statement(batch)
         completes = single and isinstance(batch[0][1], Done)
+        fences = [job.fence for job, _ in batch]
+        now = self._clock.now()  # the same on every attempt: it marks an earlier commit
+        unknown = False
         while True:
-            now = self._clock.now()
+            if self._lost.issuperset(fences):
+                return set()
             try:
                 held: set[Fence]
                 if completes:
                     done = await self._complete_direct(batch, now)
                     if done is None:
+                        # Abandoned at a stop's bound: it may have committed.
+                        unknown = True
                         continue
                     held = done
                 else:
                     held = await self._db.run(
                         partial(_apply_results, batch=batch, now=now), transaction=not single
                     )
-                return held
-            except (StoreUnavailable, StoreContention):
+            except (StoreUnavailable, StoreContention) as exc:
+                unknown = unknown or isinstance(exc, StoreUnavailable)
                 log.warning("recording job results failed; retrying")
                 await trio.sleep(retries.failed())
+                continue
+            if unknown and len(held) < len(fences):
+                held |= await self._recorded_before(batch, held, now)
+            return held
+
+    async def _recorded_before(
+        self, batch: list[tuple[Job, JobResult]], held: set[Fence], now: datetime
+    ) -> set[Fence]:
+        """Of the finishing results (:class:`Done`, :class:`Fail`) in ``batch`` not
+        in ``held``, those an earlier attempt of this recording committed (asked
+        :data:`CHECK_ATTEMPTS` times at most; empty when the database cannot say:
+        they then count as lost)."""
+        finishing = [
+            job.fence
+            for job, result in batch
+            if job.fence not in held and isinstance(result, Done | Fail)
+        ]
+        if not finishing:
+            return set()
+        # Right after a failover the pool may still hold connections the failover broke,
+        # and while the database counts as unreachable only one caller a second tries
+        # it (Database.run): ask for a few seconds (RECORD_RETRY: 50 ms doubling, about
+        # 6 s in all) before counting these results as lost.
+        retries = RECORD_RETRY.retries()
+        for _ in range(CHECK_ATTEMPTS):
+            try:
+                return await self._db.run(
+                    partial(queue.finished_at, fences=finishing, at=now), transaction=False
+                )
+            except StoreUnavailable:
+                await trio.sleep(retries.failed())
+            except StoreError:
+                break
+        return set()
 
     async def _complete_direct(
         self, batch: list[tuple[Job, JobResult]], now: datetime
@@ -718,7 +812,7 @@ class JobRunner:
         with trio.CancelScope(shield=True, deadline=self._record_by) as recording:
             self._recording = recording
             try:
-                return await queue.complete_direct(self._db, [j.fence for j, _ in batch], now)
+                return await queue.complete_direct(self._db, [job.fence for job, _ in batch], now)
             finally:
                 self._recording = None
         # Out of time at a stop: the stop's own cancellation ends the completer here.
@@ -770,13 +864,22 @@ class JobRunner:
         A job whose result is recorded while its renewal runs is not renewed
         either (it is no longer ``running``), so one missed renewal proves
         nothing: a job counts as lost when a renewal missed it, it is still
-        running here, and the next renewal misses it again.
+        running here, and the next renewal misses it again. Its recording then
+        stops retrying (:meth:`_apply`).
+
+        A renewal that fails (the database cannot be reached, or did not answer
+        within its bound) is tried again after :data:`RENEW_RETRY`'s backoff,
+        not a period later: the jobs being recorded meanwhile keep their leases
+        through a failover, on whichever server takes writes next.
         """
         task_status.started()
         period = max(0.5, self._config.lease.total_seconds() / 3)
+        retries = RENEW_RETRY.retries()
+        wait = period
         missed: set[Fence] = set()
         while True:
-            await trio.sleep(period)
+            await trio.sleep(wait)
+            wait = period
             fences = list(self._in_flight)
             if not fences:
                 missed = set()
@@ -785,10 +888,13 @@ class JobRunner:
             try:
                 held = await self._db.run(partial(queue.renew, fences=fences, until=until))
             except StoreError:
-                log.warning("renewing job leases failed")
+                log.warning("renewing job leases failed; trying again soon")
+                wait = min(period, retries.failed())
                 continue
+            retries.succeeded()
             lost, missed = lost_leases(fences, held, missed, self._in_flight)
             if lost:
+                self._lost |= lost
                 # Their results will be dropped by the fence when they arrive.
                 log.warning(
                     "jobs lost their lease while running; another claim holds them",

@@ -30,7 +30,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any, Literal, Protocol, TextIO
@@ -48,8 +48,9 @@ from bothy_notify.config import (
     ClusterMode,
     Config,
     ConfigError,
+    LiveConfig,
     Role,
-    changed_keys,
+    plan_reload,
     resolve_store_secrets,
     store_secret_names,
 )
@@ -58,6 +59,7 @@ from bothy_notify.kernel import memtrim
 from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.ids import new_id
+from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import NoPresence, PresenceView
 from bothy_notify.kernel.sdnotify import Notifier
@@ -67,23 +69,31 @@ from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.jobs.flush import FlushHandler
 from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler, LocalGatewayHints
-from bothy_notify.notify.jobs.push_clear import PushClearHandler
-from bothy_notify.notify.jobs.push_send import PushSendHandler
-from bothy_notify.notify.jobs.quiet_summary import PushSummaryHandler, QuietSummaryHandler
+from bothy_notify.notify.jobs.push_clear import ReadClearPush
+from bothy_notify.notify.jobs.push_send import HintPush
+from bothy_notify.notify.jobs.quiet_summary import QuietSummaryHandler, SummaryPush
+from bothy_notify.notify.jobs.registration_push import RegistrationLifecycle
 from bothy_notify.notify.kinds_dir import LiveCatalogue
 from bothy_notify.notify.planner import RoundOutcome
 from bothy_notify.notify.round import ConsumerRound
 from bothy_notify.notify.routes import FailClosedRoutes, JobLiveRoutes, LiveRoutes
 from bothy_notify.push import providers as provider_table
+from bothy_notify.push.jobs import Lifecycle, PushJobHandler, PushKind
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.registry import Providers
 from bothy_notify.runner import JobHandler, JobRunner
 from bothy_notify.store import secrets as secret_store
-from bothy_notify.store.db import Database, StoreError, StoreUnavailable, connect_dedicated
+from bothy_notify.store.db import (
+    Database,
+    DatabaseTimeouts,
+    StoreError,
+    StoreUnavailable,
+    connect_dedicated,
+)
 from bothy_notify.store.embedded import EmbeddedPostgres
 from bothy_notify.store.events import EventValidator
 from bothy_notify.store.migrate import migrate
-from bothy_notify.topics.send import TopicPushHandler
+from bothy_notify.topics.send import RecipientLifecycle, TopicPush
 
 log = logging.getLogger("bothy.wiring")
 
@@ -92,14 +102,14 @@ GC_YOUNG_THRESHOLD = 10_000
 generation while the daemon runs (CPython's default is 700). Every collection of
 an older generation walks every object that survived, and a node holding tens of
 thousands of connections has millions: at the default, a reconnect storm spent
-about half its time collecting (``docs/performance.md``, "heartbeat")."""
+much of its time collecting (``docs/performance.md``, "heartbeat")."""
 
 SWITCH_INTERVAL = 0.0005
 """Seconds a thread may hold the GIL while another waits for it (Python's default is
 5 ms), set while a daemon runs. The round, the pools' worker threads and the event
 loop take turns many times per hint; with 5 ms each turn could wait up to 5 ms for
-the GIL. Measured in bench/gateway.py at 200 hints/s: p99 39 ms instead of
-195-295 ms, p50 15 instead of 18-20 ms (docs/performance.md, "gateway")."""
+the GIL, which showed in ``bench/gateway.py``'s hint latency (docs/performance.md,
+"gateway")."""
 
 READINESS_INTERVAL = 5.0
 """Seconds between two refreshes of ``bothy_readiness_check`` (a scrape every 15 s or
@@ -239,6 +249,8 @@ class Daemon:
             ``server.processes`` applied them once for every process).
         notifier: systemd's readiness protocol: ``READY=1`` once the node serves,
             ``STOPPING=1`` when it drains (:mod:`bothy_notify.kernel.sdnotify`).
+        instrument: told of the stages of a hint's path (benchmarks;
+            :mod:`bothy_notify.kernel.instrument`); ``None`` costs nothing.
 
     Raises:
         ConfigError: ``notify.kinds`` is invalid or ``notify.kinds_dir`` is not a
@@ -261,8 +273,12 @@ class Daemon:
         reuse_port: bool = False,
         migrate: bool = True,
         notifier: Notifier | None = None,
+        instrument: Instrument | None = None,
     ) -> None:
-        self.config = config
+        self.live = LiveConfig(config)
+        """The running configuration: every component that reads a reloadable key
+        reads it here at use (:mod:`bothy_notify.config.live`)."""
+        self._instrument = instrument
         self._notifier = notifier or Notifier(None)
         self._reuse_port = reuse_port
         self._migrate = migrate
@@ -297,6 +313,11 @@ class Daemon:
         return f"Daemon(role={self.config.server.role.value!r})"
 
     @property
+    def config(self) -> Config:
+        """The configuration in use now (``self.live.current``)."""
+        return self.live.current
+
+    @property
     def catalogue(self) -> Catalogue:
         """The kind catalogue in use, as of its last refresh (no IO)."""
         return self.live_catalogue.current()
@@ -307,32 +328,33 @@ class Daemon:
 
     async def reload(self, config: Config) -> tuple[str, ...]:
         """Take in what a reload changes (SIGHUP; ``docs/operations.md``, "Reload"):
-        ``log.level``, and the kind catalogue: ``notify.kinds``,
-        ``notify.categories`` and every file of ``notify.kinds_dir``, read again now.
+        the keys of :data:`~bothy_notify.config.live.RELOADABLE`: ``log.level``, and
+        ``notify.kinds`` and ``notify.categories`` for the kind catalogue, the HTTP
+        API (app hints, preferences, quiet hours' breakthrough, the OpenAPI
+        document), the consumer round, the flush job and the admin replay at once;
+        every file of ``notify.kinds_dir`` is read again now.
 
         ``config`` is the configuration loaded again (with this node's own
-        overrides applied). Returns the other keys that differ from the running
+        overrides applied). Returns every other key that differs from the running
         configuration: they take effect at the next start.
 
         Raises:
             ConfigError: the new ``notify.kinds`` is invalid; nothing changed.
         """
-        await trio.to_thread.run_sync(self.live_catalogue.reconfigure, config.notify)
-        set_level(config.log)
-        running = self.config
-        self.config = replace(
-            running,
-            notify=replace(
-                running.notify, kinds=config.notify.kinds, categories=config.notify.categories
-            ),
-            log=replace(running.log, level=config.log.level),
-        )
-        later = tuple(changed_keys(self.config, config))
+        plan = plan_reload(self.live.current, config)
+        # The catalogue first: it is the one part that can refuse the new values.
+        await trio.to_thread.run_sync(self.live_catalogue.reconfigure, plan.config.notify)
+        self.live.swap(plan.config)
+        set_level(plan.config.log)
         log.info(
             "configuration reloaded",
-            extra={"catalogue_version": self.catalogue.version, "restart_needed": list(later)},
+            extra={
+                "catalogue_version": self.catalogue.version,
+                "applied": list(plan.applied),
+                "restart_needed": list(plan.restart_needed),
+            },
         )
-        return later
+        return plan.restart_needed
 
     async def run(
         self, *, task_status: trio.TaskStatus[NodeAddresses] = trio.TASK_STATUS_IGNORED
@@ -386,12 +408,17 @@ class Daemon:
                 'cluster.mode = "multi": the database (database.url) cannot be reached;'
                 " a node of a cluster does not start without it"
             ) from exc
-        self.config = config
+        self.live.swap(config)  # secret: references resolved
         spec = self.spec
         # Two pools: API and gateway load must never starve delivery (the round has a
         # connection of its own). An HTTP request waits briefly for a connection.
+        timeouts = database_timeouts(config)
         db = self.db = Database(
-            url, pool_size=config.database.pool_size, name="api", wait=API_POOL_WAIT
+            url,
+            pool_size=config.database.pool_size,
+            name="api",
+            wait=API_POOL_WAIT,
+            timeouts=timeouts,
         )
         jobs_db: Database | None = None
         providers: Providers | None = None
@@ -399,7 +426,7 @@ class Daemon:
             await db.open()
             if spec.round_and_runner or spec.gateway_jobs:
                 jobs_db = self.jobs_db = Database(
-                    url, pool_size=config.database.jobs_pool_size, name="jobs"
+                    url, pool_size=config.database.jobs_pool_size, name="jobs", timeouts=timeouts
                 )
                 await jobs_db.open()
             if spec.gateway and self._gateway_factory is not None:
@@ -410,6 +437,7 @@ class Daemon:
                     pool_size=config.database.gateway_pool_size,
                     name="gateway",
                     wait=API_POOL_WAIT,
+                    timeouts=timeouts,
                 )
                 await gateway_db.open()
             providers = self.providers = Providers(
@@ -477,6 +505,7 @@ class Daemon:
                     database_url=url,
                     node_id=self.node_id if spec.shares_presence else None,
                     reuse_port=self._reuse_port,
+                    instrument=self._instrument,
                 )
                 if self.registry is not None:
                     self.registry.on_rejoin = self.gateway.presence_lost
@@ -576,46 +605,42 @@ class Daemon:
             publisher=publisher,
             catalogue_version=version,
         )
+        # Every kind of push through one handler (push/jobs.py); those to registrations
+        # share one lifecycle (strikes, invalidation, bothy_push_sends_total).
+        registrations = RegistrationLifecycle(
+            providers=providers, config=config.push, metrics=metrics
+        )
+
+        def push(kind: PushKind[Any, Any], lifecycle: Lifecycle[Any] = registrations) -> JobHandler:
+            return PushJobHandler(
+                kind, lifecycle, db=db, providers=providers, clock=clock, metrics=metrics
+            )
+
+        urgency_of = config.notify.urgency_of
         handlers: list[JobHandler] = [
-            PushSendHandler(
-                db=db,
-                providers=providers,
-                clock=clock,
-                config=config.push,
-                metrics=metrics,
-                catalogue_version=version,
-                urgency_of=config.notify.urgency_of,
-                category_of=category_of,
+            push(
+                HintPush(
+                    config=config.push,
+                    metrics=metrics,
+                    catalogue_version=version,
+                    urgency_of=urgency_of,
+                    category_of=category_of,
+                )
             ),
-            PushClearHandler(
-                db=db,
-                providers=providers,
-                clock=clock,
-                config=config.push,
-                metrics=metrics,
-                urgency_of=config.notify.urgency_of,
-            ),
+            push(ReadClearPush(config=config.push, urgency_of=urgency_of)),
             QuietSummaryHandler(db=db, clock=clock, config=config.push, metrics=metrics),
-            PushSummaryHandler(
-                db=db,
-                providers=providers,
-                config=config.push,
-                metrics=metrics,
-                urgency_of=config.notify.urgency_of,
-            ),
+            push(SummaryPush(config=config.push, urgency_of=urgency_of)),
             gateway_send,
             FlushHandler(
                 db=db,
                 clock=clock,
-                config=config,
+                config=self.live,
                 presence=presence,
                 live=live,
                 metrics=metrics,
                 catalogue=catalogue,
             ),
-            TopicPushHandler(
-                db=db, providers=providers, clock=clock, config=config.push, metrics=metrics
-            ),
+            push(TopicPush(config=config.push), RecipientLifecycle(metrics=metrics)),
         ]
         self.housekeeper = Housekeeper(db=db, clock=clock, config=config, metrics=metrics)
         await nursery.start(self._supervised("housekeeper", self.housekeeper.run).run)
@@ -628,6 +653,7 @@ class Daemon:
             poll_interval=config.notify.poll_interval,
             metrics=metrics,
             node_id=self.node_id if self.spec.registry else None,
+            instrument=self._instrument,
         )
         await nursery.start(self._supervised("runner", self.runner.run).run)
         # A node that holds the connections runs the gateway hints it decides at once
@@ -646,7 +672,7 @@ class Daemon:
         )
         self.round = ConsumerRound(
             database_url=url,
-            config=config,
+            config=self.live,
             clock=clock,
             presence=presence,
             live=live,
@@ -655,6 +681,8 @@ class Daemon:
             jobs_committed=self.runner.nudge,
             catalogue=catalogue,
             local=local,
+            timeouts=db.timeouts,
+            instrument=self._instrument,
         )
         await nursery.start(self._supervised("round", self.round.run).run)
 
@@ -681,6 +709,7 @@ class Daemon:
             poll_interval=config.notify.poll_interval,
             metrics=self.metrics,
             node_id=self.node_id,
+            instrument=self._instrument,
         )
         await nursery.start(self._supervised("runner", self.runner.run).run)
 
@@ -752,7 +781,7 @@ class Daemon:
         return ApiContext(
             db=db,
             verifier=TokenVerifier(self.config.auth),
-            config=self.config,
+            live_config=self.live,
             clock=self.clock,
             metrics=self.metrics,
             validator=EventValidator(),
@@ -782,6 +811,19 @@ def _listening(key: str, listen: str) -> Iterator[None]:
         raise ConfigError(f"{key}: cannot listen on {listen} ({reason})") from None
 
 
+def database_timeouts(config: Config) -> DatabaseTimeouts:
+    """The bounds of every wait on the database, from ``[database]``."""
+    keys = config.database
+    return DatabaseTimeouts(
+        connect=keys.connect_timeout.total_seconds(),
+        tcp_user=keys.tcp_user_timeout.total_seconds(),
+        statement=keys.statement_timeout.total_seconds(),
+        response=keys.response_timeout.total_seconds(),
+        listen_check=keys.listen_check_interval.total_seconds(),
+        health_check=keys.health_check_timeout.total_seconds(),
+    )
+
+
 def prepare_database(url: str, config: Config, apply_migrations: bool = True) -> Config:
     """Migrate (unless told not to) and resolve ``secret:`` references; returns the
     configuration with them resolved. Blocking: runs in a worker thread.
@@ -790,7 +832,10 @@ def prepare_database(url: str, config: Config, apply_migrations: bool = True) ->
         StoreError: the database cannot be reached or refused a statement.
         ConfigError: a ``secret:`` reference names no secret of the store.
     """
-    conn = connect_dedicated(url, autocommit=False)
+    # Connecting is bounded; migrations may legitimately run for minutes.
+    conn = connect_dedicated(
+        url, autocommit=False, timeouts=database_timeouts(config).unbounded_statements()
+    )
     try:
         if apply_migrations:
             migrate(conn)
@@ -808,6 +853,7 @@ __all__ = [
     "NodeAddresses",
     "RoleFacts",
     "RoleSpec",
+    "database_timeouts",
     "prepare_database",
     "role_spec",
 ]

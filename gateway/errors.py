@@ -7,8 +7,10 @@
     │   └── Throttled        a device closed with 4029 identifies again too soon
     └── TransportError       the WebSocket connection itself
         ├── TransportClosed  the peer closed the connection or it broke ("it broke")
-        ├── FrameTooLarge    a client frame exceeded ``sync.max_frame_bytes``
-        └── TooManyFrames    the client sent frames faster than ``sync.ops_per_second``
+        ├── FrameTooLarge    a client message exceeded ``sync.max_frame_bytes`` (1009)
+        ├── TooManyFrames    the client sent frames faster than ``sync.ops_per_second``
+        └── FramingError     the client's bytes broke RFC 6455 (1002) or its text
+                             was not UTF-8 (1007)
 
 A close the server decides (replacement, revocation, shutdown, a stalled
 write) is not an error: the hub records it on the connection and cancels the
@@ -21,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gateway.protocol import Close
+    from gateway.closes import Close
 
 
 class GatewayError(Exception):
@@ -76,3 +78,17 @@ class FrameTooLarge(TransportError):
 class TooManyFrames(TransportError):
     """The client's frames exceeded its token bucket (``sync.ops_per_second``,
     ``sync.ops_burst``); the rest are never served."""
+
+
+class FramingError(TransportError):
+    """The client's bytes broke RFC 6455's framing, or a text message or close reason
+    was not UTF-8; nothing after them is read, and the connection ends with ``code``.
+
+    Attributes:
+        code: 1002 (protocol error) or 1007 (invalid payload data), as RFC 6455
+            section 7.4.1 defines them.
+    """
+
+    def __init__(self, code: int) -> None:
+        super().__init__("the client broke the WebSocket framing")
+        self.code = code

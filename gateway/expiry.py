@@ -24,9 +24,9 @@ import trio
 
 from bothy_notify.auth import accepted_until
 from bothy_notify.kernel.clock import Clock
+from gateway.closes import TOKEN_EXPIRED
 from gateway.connection import Connection
 from gateway.hub import Hub
-from gateway.protocol import TOKEN_EXPIRED
 
 COMPACT_SLACK = 64
 """Stale heap entries tolerated beyond the number of watched connections."""

@@ -48,8 +48,9 @@ import trio
 from bothy_notify.auth import DeviceClaims
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceEntry
+from gateway.closes import REPLACED, Close
 from gateway.connection import Connection
-from gateway.protocol import REPLACED, Close, Phase, Trigger
+from gateway.protocol import Phase, Trigger
 
 DROP_QUEUE_FULL = "queue_full"
 """``bothy_gateway_dropped_total{reason}``: the connection's outbound queue was full."""

@@ -36,13 +36,16 @@ bucket counts frames as they are read, in :class:`gateway.frames.FrameFilter`.
 
 A frame is malformed when it is not strict JSON: ``NaN`` and ``Infinity``,
 numbers beyond a double, a member named twice (readers disagree on which one
-counts), and nesting too deep to parse are all refused, like invalid UTF-8 in
-a text frame (checked by :mod:`gateway.transport`).
+counts), and nesting too deep to parse are all refused. Invalid UTF-8 never
+gets here: :mod:`gateway.frames` refuses it with 1007.
 
 Beyond SPEC section 8 the gateway adds the op ``reauth`` (a fresh token for
 the same person, device, platform and kind moves the connection's expiry;
 answered by ``reauth.ack``), the close code 4008 (a limit on connections:
 see :class:`CloseCode`) and the WebSocket code 1011 for a server error.
+What breaks the WebSocket layer itself closes with RFC 6455's codes, not 4003:
+1002 for bytes that break the framing, 1007 for text (or a close reason) that
+is not UTF-8, 1009 for a message over ``sync.max_frame_bytes``.
 
 :func:`decode_client_frame` turns one received message into a :class:`ClientOp`
 or raises :class:`~gateway.errors.ProtocolViolation`; the ``*_frame``
@@ -59,6 +62,15 @@ from typing import Any
 
 from bothy_notify.kernel import strict_json
 from bothy_notify.kernel.ids import is_valid_id
+from gateway.closes import (
+    ALREADY_IDENTIFIED,
+    BAD_FOCUS,
+    BAD_READ,
+    MALFORMED,
+    NOT_IDENTIFIED,
+    UNKNOWN_OP,
+    Close,
+)
 from gateway.errors import ProtocolViolation
 
 MAX_SEQ = 9_007_199_254_740_991
@@ -72,71 +84,6 @@ class Phase(enum.StrEnum):
     CATCHING_UP = "catching_up"
     LIVE = "live"
     CLOSING = "closing"
-
-
-class CloseCode(enum.IntEnum):
-    """Close codes of SPEC section 8, ``OVER_LIMIT`` (4008), ours, and 1011::
-
-        1001  SHUTDOWN       the node shuts down
-        1011  SERVER_ERROR   the server failed to serve an op (the database is
-                             unreachable, say); reconnect with backoff
-        4001  AUTH           bad identify or reauth token; the token expired
-        4003  PROTOCOL       malformed frame, unknown op, wrong phase, identify timeout
-        4008  OVER_LIMIT     too many unidentified connections (the oldest goes),
-                             or too many connections of one person
-        4009  HEARTBEAT      no frame within the heartbeat timeout
-        4010  REVOKED        the device is revoked, or the person deactivated
-        4014  WRITE_STALLED  a write did not finish within sync.write_timeout
-        4017  REPLACED       a newer connection of the same device is live
-        4029  TOO_MANY       frames past the bucket (sync.ops_per_second, sync.ops_burst)
-
-    4008 mirrors the WebSocket code 1008 (policy violation) and is not used by
-    SPEC: ``sync.max_unidentified_connections`` and
-    ``sync.max_connections_per_person``. A deactivated person gets 4010, not
-    4001: the token is valid, and a client that fetched a new one would be
-    refused again.
-    """
-
-    SHUTDOWN = 1001
-    SERVER_ERROR = 1011
-    AUTH = 4001
-    PROTOCOL = 4003
-    OVER_LIMIT = 4008
-    HEARTBEAT = 4009
-    REVOKED = 4010
-    WRITE_STALLED = 4014
-    REPLACED = 4017
-    TOO_MANY = 4029
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    """A close the server sends: a code (a :class:`CloseCode`) and a constant reason."""
-
-    code: int
-    reason: str
-
-
-AUTH_FAILED = Close(CloseCode.AUTH, "authentication failed")
-TOKEN_EXPIRED = Close(CloseCode.AUTH, "token expired")
-MALFORMED = Close(CloseCode.PROTOCOL, "malformed frame")
-UNKNOWN_OP = Close(CloseCode.PROTOCOL, "unknown op")
-NOT_IDENTIFIED = Close(CloseCode.PROTOCOL, "identify first")
-ALREADY_IDENTIFIED = Close(CloseCode.PROTOCOL, "already identified")
-FRAME_TOO_LARGE = Close(CloseCode.PROTOCOL, "frame too large")
-BAD_FOCUS = Close(CloseCode.PROTOCOL, "invalid focus")
-BAD_READ = Close(CloseCode.PROTOCOL, "invalid read")
-IDENTIFY_TIMEOUT = Close(CloseCode.PROTOCOL, "identify timeout")
-HEARTBEAT_TIMEOUT = Close(CloseCode.HEARTBEAT, "heartbeat timeout")
-REVOKED = Close(CloseCode.REVOKED, "device revoked")
-DEACTIVATED = Close(CloseCode.REVOKED, "person deactivated")
-TOO_MANY_UNIDENTIFIED = Close(CloseCode.OVER_LIMIT, "too many unidentified connections")
-TOO_MANY_FOR_PERSON = Close(CloseCode.OVER_LIMIT, "too many connections for this person")
-WRITE_STALLED = Close(CloseCode.WRITE_STALLED, "writes stalled")
-REPLACED = Close(CloseCode.REPLACED, "replaced by a newer connection")
-SHUTDOWN = Close(CloseCode.SHUTDOWN, "server shutting down")
-TOO_MANY_FRAMES = Close(CloseCode.TOO_MANY, "too many frames")
-SERVER_ERROR = Close(CloseCode.SERVER_ERROR, "server error")
 
 
 # -- client ops -------------------------------------------------------------------

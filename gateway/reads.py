@@ -109,6 +109,7 @@ class ReadListener:
             [READ_UPDATED_CHANNEL],
             name="reads",
             reconnect=reconnect_backoff(retry_interval.total_seconds()),
+            timeouts=db.timeouts,
         )
 
     def __repr__(self) -> str:

@@ -39,6 +39,7 @@ from functools import partial
 import trio
 
 from bothy_notify.store import cluster
+from bothy_notify.store.db import DEFAULT_TIMEOUTS, DatabaseTimeouts
 from bothy_notify.store.listen import (
     Listener,
     Listening,
@@ -48,8 +49,8 @@ from bothy_notify.store.listen import (
 )
 from bothy_notify.store.projections import REVOKED_CHANNEL, USER_DEACTIVATED_CHANNEL
 from gateway import queries
+from gateway.closes import DEACTIVATED, REVOKED
 from gateway.hub import Hub
-from gateway.protocol import DEACTIVATED, REVOKED
 
 log = logging.getLogger("bothy.gateway.revocations")
 
@@ -64,6 +65,7 @@ class RevocationListener:
             (``notify.poll_interval``, doubling to 5 s: :func:`reconnect_backoff`).
         node_id: this node's id in a cluster (``None``: a single node, no
             replacement across nodes).
+        timeouts: the bounds of the connection's waits (``[database]``).
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class RevocationListener:
         hub: Hub,
         retry_interval: timedelta,
         node_id: str | None = None,
+        timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         self._hub = hub
         self._node_id = node_id
@@ -85,6 +88,7 @@ class RevocationListener:
             name="revocations",
             reconnect=reconnect_backoff(retry_interval.total_seconds()),
             catch_up=self._catch_up,
+            timeouts=timeouts,
         )
 
     def __repr__(self) -> str:

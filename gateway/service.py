@@ -27,18 +27,19 @@ from bothy_notify.auth import TokenVerifier
 from bothy_notify.config import Config, PushConfig
 from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
+from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceView
 from bothy_notify.kernel.supervise import Supervised
 from bothy_notify.store import marks
 from bothy_notify.store.db import Database
 from bothy_notify.store.marks import Clearing
+from gateway.closes import SHUTDOWN, Close, CloseCode
 from gateway.expiry import ExpiryWatch
 from gateway.hub import Hub
 from gateway.identifies import IdentifyBatches
 from gateway.limits import Cooldowns, PendingConnections
 from gateway.presence import HubPresence
-from gateway.protocol import SHUTDOWN, Close, CloseCode
 from gateway.publisher import HubPublisher
 from gateway.reads import ReadListener
 from gateway.revocations import RevocationListener
@@ -66,6 +67,8 @@ class Gateway:
             presence rows of a cluster.
         reuse_port: bind ``server.gateway_listen`` with ``SO_REUSEPORT``: one of
             the node processes of ``server.processes`` sharing the port.
+        instrument: told of published and written frames
+            (:mod:`bothy_notify.kernel.instrument`).
 
     Attributes:
         hub: the connections of this node.
@@ -85,6 +88,7 @@ class Gateway:
         node_id: str | None = None,
         clock: Clock | None = None,
         reuse_port: bool = False,
+        instrument: Instrument | None = None,
     ) -> None:
         sync = config.sync
         self._listen = config.server.gateway_listen
@@ -104,7 +108,9 @@ class Gateway:
             hub=self.hub, clock=clock or SystemClock(), leeway=verifier.leeway
         )
         self.presence: PresenceView = HubPresence(self.hub)
-        self.publisher: EphemeralPublisher = HubPublisher(hub=self.hub, db=db)
+        self.publisher: EphemeralPublisher = HubPublisher(
+            hub=self.hub, db=db, instrument=instrument
+        )
         self.shared: SharedPresencePublisher | None = None
         if node_id is not None:
             self.shared = SharedPresencePublisher(
@@ -139,6 +145,7 @@ class Gateway:
                 hub=self.hub,
                 write_timeout=sync.write_timeout.total_seconds(),
                 delivery=metrics.delivery_seconds.labels("gateway"),
+                instrument=instrument,
             ),
             expiry=self._expiry,
             timeouts=self._timeouts,
@@ -153,6 +160,7 @@ class Gateway:
             hub=self.hub,
             retry_interval=config.notify.poll_interval,
             node_id=node_id,
+            timeouts=db.timeouts,
         )
         self._reads = ReadListener(
             database_url=database_url,
@@ -207,9 +215,15 @@ class Gateway:
             task_status.started(address)
 
     def readiness(self) -> Mapping[str, bool]:
-        """``/readyz`` checks of the gateway: its revocation listener, its expiry watch
-        and (in a cluster) its presence publisher are up."""
-        return {service.name: service.up for service in self._services}
+        """``/readyz`` checks of the gateway: each of its services is up; the
+        revocation and read listeners are connected; (in a cluster) the presence
+        publisher's last write succeeded."""
+        checks = {service.name: service.up for service in self._services}
+        checks["revocations"] &= self._revocations.listener.connected
+        checks["reads"] &= self._reads.listener.connected
+        if self.shared is not None:
+            checks["presence"] &= self.shared.healthy
+        return checks
 
     async def close_all(self, code: int) -> None:
         """Close every connection with ``code`` (1001 at shutdown) and refuse new ones.
@@ -237,6 +251,7 @@ def build_gateway(
     database_url: str,
     node_id: str | None = None,
     reuse_port: bool = False,
+    instrument: Instrument | None = None,
 ) -> Gateway:
     """The daemon's gateway factory (``bothy_notify.wiring.GatewayFactory``).
 
@@ -254,6 +269,7 @@ def build_gateway(
         node_id=node_id,
         clock=clock,
         reuse_port=reuse_port,
+        instrument=instrument,
     )
 
 

@@ -10,8 +10,11 @@ nursery (:class:`QueueWriter`), each write bounded by ``sync.write_timeout``
   -> ``hub.close(conn, its close)``; frames past the connection's bucket:
   4029 (``bothy_gateway_rate_limited_total``), sent once the bucket would be
   full again (``ops_burst / ops_per_second`` seconds; nothing is read
-  meanwhile), and the device is refused with 4029 at identify until then
-  (:class:`~gateway.limits.Cooldowns`);
+  meanwhile), and the device is refused with 4029 at identify until then: at
+  once by this process (:class:`~gateway.limits.Cooldowns`, before any database
+  work), and by every process and node through the device's row, where the
+  cooldown's end is written while the close is held back
+  (:func:`gateway.queries.start_cooldown`; an identify elsewhere reads it);
 - the server decides (replacement 4017, revocation or deactivation 4010,
   shutdown 1001, a stalled write 4014, the token's expiry 4001, the limit of
   unidentified connections 4008, a timeout 4003 or 4009): ``hub.close``
@@ -51,12 +54,29 @@ import trio
 from prometheus_client import Histogram
 
 from bothy_notify.auth import AuthError, DeviceClaims, TokenVerifier
+from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.store.db import Database, StoreError
 from bothy_notify.store.marks import Clearing
 from gateway import queries
+from gateway.closes import (
+    AUTH_FAILED,
+    DEACTIVATED,
+    FRAME_TOO_LARGE,
+    FRAMING_BROKEN,
+    INVALID_TEXT,
+    REVOKED,
+    SERVER_ERROR,
+    SHUTDOWN,
+    TOO_MANY_FOR_PERSON,
+    TOO_MANY_FRAMES,
+    TOO_MANY_UNIDENTIFIED,
+    WRITE_STALLED,
+    CloseCode,
+)
 from gateway.connection import Connection, Outbound
 from gateway.errors import (
     FrameTooLarge,
+    FramingError,
     ProtocolViolation,
     Throttled,
     TooManyFrames,
@@ -67,17 +87,7 @@ from gateway.hub import Hub
 from gateway.identifies import IdentifyBatches
 from gateway.limits import Cooldowns
 from gateway.protocol import (
-    AUTH_FAILED,
-    DEACTIVATED,
-    FRAME_TOO_LARGE,
     PING,
-    REVOKED,
-    SERVER_ERROR,
-    SHUTDOWN,
-    TOO_MANY_FOR_PERSON,
-    TOO_MANY_FRAMES,
-    TOO_MANY_UNIDENTIFIED,
-    WRITE_STALLED,
     ClientOp,
     Focus,
     Identify,
@@ -150,14 +160,24 @@ class QueueWriter:
         hub: told when a write stalls or the connection is gone.
         write_timeout: ``sync.write_timeout`` in seconds.
         delivery: the ``route="gateway"`` child of ``bothy_delivery_seconds``.
+        instrument: told of every frame given to a socket (a part of it may wait
+            in the transport until the socket takes it).
     """
 
-    __slots__ = ("_delivery", "_hub", "_timeout")
+    __slots__ = ("_delivery", "_hub", "_instrument", "_timeout")
 
-    def __init__(self, *, hub: Hub, write_timeout: float, delivery: Histogram) -> None:
+    def __init__(
+        self,
+        *,
+        hub: Hub,
+        write_timeout: float,
+        delivery: Histogram,
+        instrument: Instrument | None = None,
+    ) -> None:
         self._hub = hub
         self._timeout = write_timeout
         self._delivery = delivery
+        self._instrument = instrument
 
     def __repr__(self) -> str:
         return f"QueueWriter(write_timeout={self._timeout})"
@@ -169,12 +189,16 @@ class QueueWriter:
         transport = conn.transport
         assert transport is not None
         try:
-            if not transport.send_nowait(*(text for text, _ in frames)):
-                conn.pending_delivery = frames[-1][1]
-                return False
+            written = transport.send_nowait(*(text for text, _ in frames))
         except TransportClosed:
             self._hub.lost(conn)
             return True
+        if self._instrument is not None:
+            for text, _ in frames:
+                self._instrument.frame_written(text)
+        if not written:
+            conn.pending_delivery = frames[-1][1]
+            return False
         for _, appended_at in frames:
             self._delivered(appended_at)
         return True
@@ -200,11 +224,14 @@ class QueueWriter:
             while (frame := conn.take()) is not None:
                 text, appended_at = frame
                 try:
-                    if not transport.send_nowait(text):
-                        break  # the rest is flushed within the timeout
+                    written = transport.send_nowait(text)
                 except TransportClosed:
                     self._hub.lost(conn)
                     return
+                if self._instrument is not None:
+                    self._instrument.frame_written(text)
+                if not written:
+                    break  # the rest is flushed within the timeout
                 self._delivered(appended_at)
             else:
                 return
@@ -258,6 +285,7 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
     ctx.timeouts.watch(conn.serial, conn.idle_since)
     peer_code: int | None = None
     hold_until = 0.0
+    cooldown = 0.0  # seconds of a 4029 cooldown to share with every process and node
     try:
         if not hub.accepting:
             hub.close(conn, SHUTDOWN)
@@ -271,10 +299,15 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
                 hub.close(conn, exc.close)
             except FrameTooLarge:
                 hub.close(conn, FRAME_TOO_LARGE)
+            except FramingError as exc:
+                hub.close(
+                    conn, INVALID_TEXT if exc.code == CloseCode.INVALID_TEXT else FRAMING_BROKEN
+                )
             except TooManyFrames:
                 ctx.rate_limited()
                 settings = ctx.settings
-                hold_until = trio.current_time() + settings.ops_burst / settings.ops_per_second
+                cooldown = settings.ops_burst / settings.ops_per_second
+                hold_until = trio.current_time() + cooldown
                 if conn.device_id:
                     ctx.cooldowns.start((conn.user_id, conn.device_id), hold_until)
                 hub.close(conn, TOO_MANY_FRAMES)
@@ -292,6 +325,8 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
             # read, so a flooding client waits on its own socket instead of
             # reconnecting (the node's shutdown ends the wait).
             with trio.move_on_at(hold_until):
+                if cooldown and conn.device_id:
+                    await _share_cooldown(ctx, conn.user_id, conn.device_id, cooldown)
                 await hub.stopping.wait()
         if close is not None:
             with trio.CancelScope(shield=True), trio.move_on_after(ctx.settings.write_timeout):
@@ -299,6 +334,23 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
     finally:
         ctx.expiry.forget(conn)
         hub.ended(conn, peer_code)
+
+
+async def _share_cooldown(
+    ctx: SessionContext, user_id: str, device_id: str, seconds: float
+) -> None:
+    """Write the device's 4029 cooldown on its row, so that an identify on any process
+    or node refuses it (this process's :class:`Cooldowns` already does). A database
+    that cannot take it leaves the cooldown to this process, logged."""
+    try:
+        await ctx.db.run(
+            partial(queries.start_cooldown, user_id=user_id, device_id=device_id, seconds=seconds)
+        )
+    except StoreError as exc:
+        log.warning(
+            "a 4029 cooldown was not stored: only this process refuses the device",
+            extra={"error_type": type(exc).__name__},
+        )
 
 
 async def _converse(transport: Transport, conn: Connection, ctx: SessionContext) -> None:
@@ -350,11 +402,16 @@ async def _identify(op: Identify, conn: Connection, ctx: SessionContext) -> None
     assert conn.transport is not None
     conn.transport.identified()
     ctx.expiry.watch(conn, claims.expires_at)
-    state, unread = await ctx.identifies.identify(claims)
+    state, unread, cooling = await ctx.identifies.identify(claims)
     if state == "revoked":
         raise ProtocolViolation(REVOKED)
     if state == queries.DEACTIVATED:
         raise ProtocolViolation(DEACTIVATED)
+    if cooling > 0:  # closed with 4029 on another process or node
+        until = trio.current_time() + cooling
+        ctx.cooldowns.start((claims.user_id, claims.device_id), until)
+        ctx.rate_limited()
+        raise Throttled(TOO_MANY_FRAMES, until)
     await conn.put_all(
         (ready_frame(claims.user_id, claims.device_id), unread_frame(unread), CATCHUP_COMPLETE)
     )

@@ -20,9 +20,15 @@ the call (bounded by ``cluster.node_timeout``, past which this node counts as
 gone anyway).
 
 Failures: a write that fails gives its people back and is tried again after
-:data:`RETRY_AFTER`. A write that finds this node's registry row missing (the
-node was taken for gone, or the database lost its unlogged tables) writes
-nothing; the registry puts the row back at its next heartbeat and calls
+:data:`RETRY_AFTER`. Every write is bounded (``database.response_timeout``, after
+the gateway pool's wait for a connection): a frozen server fails it rather than
+holding it, and :attr:`SharedPresencePublisher.healthy` is false from a failed
+write until one succeeds (``/readyz``'s ``presence`` check: a node whose
+desktops' presence cannot reach the database is not ready).
+
+A write that finds this node's registry row missing (the node was taken for
+gone, or the database lost its unlogged tables) writes nothing; the registry
+puts the row back at its next heartbeat and calls
 :meth:`SharedPresencePublisher.publish_all`.
 """
 
@@ -89,6 +95,7 @@ class SharedPresencePublisher:
         self._written = 0
         self._batches = 0
         self._progress = trio.Event()
+        self._failing = False
         hub.watch_presence(self.changed)
 
     def __repr__(self) -> str:
@@ -105,6 +112,12 @@ class SharedPresencePublisher:
         self._everyone = True
         self._version += 1
         self._wake.set()
+
+    @property
+    def healthy(self) -> bool:
+        """False from a write that failed (the database did not take it) until a write
+        succeeds (``/readyz``)."""
+        return not self._failing
 
     def statistics(self) -> dict[str, int]:
         """Changes noted, changes written, people waiting, and batches tried (whether
@@ -154,13 +167,18 @@ class SharedPresencePublisher:
                 )
             except StoreError:
                 self._batches += 1
-                log.warning("could not publish presence; retrying")
+                if not self._failing:
+                    log.warning("could not publish presence; retrying")
+                self._failing = True
                 self._people |= people
                 self._everyone |= everyone
                 self._wake.set()
                 await trio.sleep(RETRY_AFTER)
                 continue
             self._batches += 1
+            if self._failing:
+                log.info("presence is published again")
+            self._failing = False
             if not stored:
                 # Not in the registry right now: the registry's next heartbeat puts
                 # the row back and asks for everything (publish_all).

@@ -25,8 +25,9 @@ import math
 
 import trio
 
+from gateway.closes import HEARTBEAT_TIMEOUT, IDENTIFY_TIMEOUT
 from gateway.hub import Hub
-from gateway.protocol import HEARTBEAT_TIMEOUT, IDENTIFY_TIMEOUT, Phase
+from gateway.protocol import Phase
 
 GRANULARITY = 0.05
 """Seconds the watch lets pass between two wake-ups at least."""

@@ -15,9 +15,13 @@ Three parts, none with a task of its own:
   ``sync.max_frame_bytes`` and the connection's token bucket
   (``sync.ops_per_second``, ``sync.ops_burst``). It answers WebSocket pings
   and the peer's close frame as they come. A message past the size limit
-  raises :class:`FrameTooLarge` (4003), frames past the bucket
-  :class:`TooManyFrames` (4029). Bytes that break the framing end the
-  connection without a close frame, with their code (1002, 1007).
+  raises :class:`FrameTooLarge` (1009), frames past the bucket
+  :class:`TooManyFrames` (4029), bytes that break the framing or text that
+  is not UTF-8 :class:`FramingError` (1002, 1007). The session closes with
+  that code; after a :class:`FramingError` nothing more is read (RFC 6455
+  section 7.1.7): the close frame goes out, then the end of our side of the
+  TCP connection, and whatever the client still sends is dropped until it
+  closes its side.
 - **Writing** goes through :class:`WriteStream`. It serialises writers (the
   session's replies, the connection's writer, pongs, the close frame), keeps
   the unsent rest of a write that a timeout cut off, so the framing survives
@@ -54,10 +58,15 @@ from wsproto.handshake import H11Handshake
 from wsproto.utilities import RemoteProtocolError, generate_accept_token, normed_header_dict
 
 from bothy_notify.kernel.sockets import bind_shared, join_address, split_address
-from gateway.errors import FrameTooLarge, TooManyFrames, TransportClosed
+from gateway.errors import (
+    FrameTooLarge,
+    FramingError,
+    TooManyFrames,
+    TransportClosed,
+    TransportError,
+)
 from gateway.frames import (
     TOO_LARGE,
-    TOO_MANY,
     Broken,
     CloseFrame,
     FrameFilter,
@@ -108,6 +117,7 @@ class Transport(Protocol):
             TransportClosed: the peer closed the connection or it broke.
             FrameTooLarge: a message exceeded ``sync.max_frame_bytes``.
             TooManyFrames: the client sent frames faster than its bucket allows.
+            FramingError: the client's bytes broke RFC 6455, or its text was not UTF-8.
         """
         ...
 
@@ -274,6 +284,7 @@ class WebSocketTransport:
     """
 
     __slots__ = (
+        "_end",
         "_events",
         "_frames",
         "_greeting",
@@ -300,6 +311,7 @@ class WebSocketTransport:
         self._state = _OPEN
         self._peer_code: int | None = None  # the code of the peer's close frame
         self._events: list[Inbound] | None = None  # filtered, not yet served
+        self._end: Inbound | None = None  # TOO_LARGE, TOO_MANY or Broken, once served
 
     def __repr__(self) -> str:
         return f"WebSocketTransport(state={self._state})"
@@ -319,23 +331,20 @@ class WebSocketTransport:
         self._events = self._frames.feed(data, trio.current_time()) or None
 
     async def receive(self) -> str | bytes:
-        frames = self._frames
         while True:
-            if frames.oversized:
-                raise FrameTooLarge()
-            if frames.flooded:
-                raise TooManyFrames()
+            if self._end is not None:
+                raise _ended_by(self._end)
             if self._state != _OPEN:
                 raise TransportClosed(self._peer_code)
             events = self._events
-            while events:
+            while events:  # in order: what came before an end is served first
                 event = events.pop(0)
                 if type(event) is Message:
                     if not events:
                         self._events = None
-                    return _message(event)
+                    return event.data
                 await self._control(event)
-                if self._state != _OPEN or frames.oversized or frames.flooded:
+                if self._state != _OPEN or self._end is not None:
                     break
             else:
                 self._events = None
@@ -345,23 +354,27 @@ class WebSocketTransport:
                 if not data:  # the connection ended without a close frame
                     self._state = _CLOSED
                     raise TransportClosed(None)
-                self._events = frames.feed(data, trio.current_time()) or None
+                self._events = self._frames.feed(data, trio.current_time()) or None
                 if not waited:  # bytes were waiting: let the other tasks run first
                     await trio.lowlevel.checkpoint()
 
     async def _control(self, event: Inbound) -> None:
-        """Serve what is not a message: a ping, the peer's close, the end of the framing."""
+        """Serve what is not a message: a ping, the peer's close, or one of the ends
+        (kept: :meth:`receive` raises it from now on; what follows it stays for
+        :meth:`_wait_peer_close`)."""
         if type(event) is PingFrame:
             await self._send(pong_frame(event.payload))
         elif type(event) is CloseFrame:
             self._peer_code = event.code
             with contextlib.suppress(TransportClosed):
                 await self._send(close_frame(event.code, event.reason))
+                # The handshake is over: our end of the TCP connection follows the close
+                # frame at once, as RFC 6455 section 7.1.1 asks of a server.
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_WR)
             self._state = _CLOSED
-        elif type(event) is Broken:  # as wsproto's users do: ended, no close frame
-            self._state, self._peer_code = _CLOSED, event.code
         else:
-            assert event is TOO_LARGE or event is TOO_MANY  # raised by receive from now on
+            self._end = event
 
     async def send(self, text: str) -> None:
         if self._state != _OPEN:
@@ -402,6 +415,9 @@ class WebSocketTransport:
         self._state = _CLOSING
         try:
             await self._send(close_frame(code, reason))
+            if type(self._end) is Broken:  # no close frame of the peer can be read: end our side
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_WR)
             await self._wait_peer_close()
         except TransportClosed:
             pass
@@ -411,7 +427,8 @@ class WebSocketTransport:
     async def _wait_peer_close(self) -> None:
         """Read (and drop) until the peer's close frame or the end of the
         connection: closing the socket with unread bytes would reset it, and the
-        client could lose the close frame."""
+        client could lose the close frame. Once the framing broke only the end
+        of the connection counts."""
         while True:
             events, self._events = self._events, None
             if events and any(type(e) is CloseFrame or type(e) is Broken for e in events):
@@ -422,15 +439,11 @@ class WebSocketTransport:
             self._events = self._frames.feed(data, trio.current_time()) or None
 
 
-def _message(event: Message) -> str | bytes:
-    """A text message as text; a binary one, or text that is not UTF-8, as bytes
-    (which the protocol refuses as a malformed frame)."""
-    if event.text:
-        try:
-            return event.payload.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-    return event.payload
+def _ended_by(end: Inbound) -> TransportError:
+    """The error :meth:`WebSocketTransport.receive` raises after ``end``."""
+    if type(end) is Broken:
+        return FramingError(end.code)
+    return FrameTooLarge() if end is TOO_LARGE else TooManyFrames()
 
 
 Handler = Callable[[Transport, trio.Nursery], Awaitable[None]]
@@ -594,7 +607,22 @@ async def _serve_one(
         log.warning("gateway connection failed", extra={"error_type": type(exc).__name__})
     finally:
         trio.lowlevel.notify_closing(sock)
+        _discard_unread(sock)
         sock.close()
+
+
+DISCARD_READS = 16
+"""``recv`` calls spent on bytes nobody read, at most, before a connection's socket closes."""
+
+
+def _discard_unread(sock: socket.socket) -> None:
+    """Drop the bytes the peer sent that were never read (frames after its close
+    frame, say): closing a socket with unread bytes resets the connection, and the
+    peer could lose the last frames sent to it (the close frame)."""
+    with contextlib.suppress(OSError):  # BlockingIOError: nothing more is waiting
+        for _ in range(DISCARD_READS):
+            if not sock.recv(RECEIVE_BYTES * 16):
+                return
 
 
 _ENDED = (trio.BrokenResourceError, trio.ClosedResourceError)

@@ -23,8 +23,6 @@ from bothy_notify.config import (
     Config,
     ConfigError,
     Secret,
-    _make_converter,
-    _meta,
     default_data_dir,
     format_duration,
     iter_keys,
@@ -33,7 +31,10 @@ from bothy_notify.config import (
     parse_duration,
     resolve_store_secrets,
 )
-from bothy_notify.config_schema import _object, schema_text
+from bothy_notify.config.load import _make_converter
+from bothy_notify.config.schema import _object, schema_text
+from bothy_notify.config.values import _meta
+from bothy_notify.kernel.ids import ID_PATTERN
 from tests.support.repo import CONFIG_DIR, SCHEMA_DIR
 
 EXAMPLE = CONFIG_DIR / "bothy-notify.example.toml"
@@ -77,7 +78,7 @@ def example_keys() -> set[str]:
 
 
 def test_the_schema_file_is_generated_from_the_definitions() -> None:
-    # The definitions in bothy_notify/config.py are the one table of keys;
+    # The definitions in bothy_notify/config/keys.py are the one table of keys;
     # `make schemas` writes the file from them.
     written = (SCHEMA_DIR / "config.schema.json").read_text(encoding="utf-8")
     assert written == schema_text(), "schemas/config.schema.json is stale: run `make schemas`"
@@ -444,8 +445,10 @@ def test_a_key_of_a_new_enum_or_a_float_needs_only_its_field() -> None:
     }
 
 
-def test_the_app_id_form_of_the_configuration_is_the_id_form_of_the_daemon() -> None:
-    from bothy_notify import config as config_module
-    from bothy_notify.kernel.ids import ID_PATTERN
-
-    assert config_module.APP_ID_PATTERN == ID_PATTERN
+@pytest.mark.parametrize("provider", ["apns", "fcm", "webpush"])
+def test_an_app_id_has_the_daemons_id_form_in_the_schema_and_at_load(provider: str) -> None:
+    apps = SCHEMA["properties"]["push"]["properties"][provider]["properties"]["apps"]
+    assert apps["propertyNames"] == {"pattern": ID_PATTERN}
+    with pytest.raises(ConfigError) as error:
+        load_config_text(f'[push.{provider}.apps."bad app!"]')
+    assert f"push.{provider}.apps: each key must match {ID_PATTERN}" in str(error.value)

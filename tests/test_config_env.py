@@ -29,7 +29,7 @@ from bothy_notify.config import (
     load,
     load_config_text,
 )
-from bothy_notify.config_schema import REDACTED, render_effective
+from bothy_notify.config.schema import REDACTED, render_effective
 
 SECRET = "hunter2-value-that-must-never-show"
 

@@ -17,8 +17,10 @@ import pytest
 import trio
 
 from bothy_notify.config import JobsConfig
+from bothy_notify.housekeeping import Housekeeper
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.results import Result
 from bothy_notify.runner import (
     BatchedEffect,
     Defer,
@@ -35,7 +37,7 @@ from bothy_notify.store import jobs as queue
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job, JobSpec
-from tests.harness import wait_for
+from tests.harness import make_config, wait_for
 
 KIND = "test.fenced"
 LEASE = timedelta(seconds=30)
@@ -133,13 +135,13 @@ async def test_a_runner_that_lost_its_lease_cannot_touch_a_job_another_runner_cl
     registration = register(database_url)
     effect = mark_dead_effect(registration)
     results: dict[str, JobResult] = {
-        "done": Done("dead", effect),
+        "done": Done(Result.DEAD, effect),
         "retry": Retry(timedelta(seconds=5), "transient", effect),
         "fail": Fail("broken", effect),
         "defer": Defer(timedelta(seconds=5), "busy"),
     }
     stale_result = results[stale]
-    first, second = Gated(stale_result), Gated(Done("delivered"))
+    first, second = Gated(stale_result), Gated(Done(Result.DELIVERED))
     first_metrics = Metrics()
     await db.run(lambda c: queue.insert(c, [JobSpec(KIND, {"n": 1}, clock.now(), 5)], clock.now()))
     async with trio.open_nursery() as nursery:
@@ -196,6 +198,23 @@ async def test_renew_and_release_with_a_lost_claim_change_nothing(
     assert await db.run(lambda c: queue.renew(c, [current.fence], later)) == {current.fence}
 
 
+async def test_the_housekeeper_counts_the_jobs_it_rescues(db: Database, clock: FakeClock) -> None:
+    """A job whose runner lost the database after sending runs again: counted, so the
+    sends a failover may repeat show in ``bothy_jobs_rescued_total``."""
+    metrics = Metrics()
+    keeper = Housekeeper(db=db, clock=clock, config=make_config(), metrics=metrics)
+    await db.run(lambda c: queue.insert(c, [JobSpec(KIND, {"n": 1}, clock.now(), 5)], clock.now()))
+    await db.run(lambda c: queue.claim(c, now=clock.now(), limit=1, lease=LEASE, kinds=[KIND]))
+
+    await keeper.tick()
+    clock.advance(LEASE + timedelta(seconds=1))
+    await keeper.tick()
+
+    rescued = metrics.registry.get_sample_value
+    assert rescued("bothy_jobs_rescued_total", {"outcome": "again"}) == 1
+    assert rescued("bothy_jobs_rescued_total", {"outcome": "failed"}) == 0
+
+
 async def test_only_the_effects_of_results_whose_fence_held_are_applied(
     db: Database, database_url: str, clock: FakeClock
 ) -> None:
@@ -211,8 +230,8 @@ async def test_only_the_effects_of_results_whose_fence_held_are_applied(
         lambda c: c.execute("UPDATE bothy.jobs SET claim = claim + 1 WHERE id = %s", (lost.id,))
     )
     batch: list[tuple[Job, JobResult]] = [
-        (lost, Done("dead", BatchedEffect(_mark_dead_many, first))),
-        (held, Done("dead", BatchedEffect(_mark_dead_many, second))),
+        (lost, Done(Result.DEAD, BatchedEffect(_mark_dead_many, first))),
+        (held, Done(Result.DEAD, BatchedEffect(_mark_dead_many, second))),
     ]
     applied = await db.run(lambda c: _apply_results(c, batch=batch, now=clock.now()))
     assert applied == {held.fence}
@@ -254,7 +273,7 @@ async def test_an_effect_that_raises_fails_its_job_and_the_runner_goes_on(
         async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
             for job in jobs:
                 effect = broken if job.args["n"] == 1 else mark_dead_effect(registration)
-                await report(job, Done("dead", effect))
+                await report(job, Done(Result.DEAD, effect))
 
     specs = [JobSpec(KIND, {"n": n}, clock.now(), 5) for n in (1, 2)]
     await db.run(lambda c: queue.insert(c, specs, clock.now()))

@@ -11,6 +11,7 @@ import pytest
 import trio
 import trio.testing
 
+from bothy_notify.config import LiveConfig
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import NoPresence
@@ -124,7 +125,7 @@ async def test_readyz_does_not_ping_the_database_on_every_call(launch: Launch) -
 def new_round(url: str, clock: FakeClock, metrics: Metrics) -> ConsumerRound:
     return ConsumerRound(
         database_url=url,
-        config=make_config(notify={"poll_interval": "80ms"}),
+        config=LiveConfig(make_config(notify={"poll_interval": "80ms"})),
         clock=clock,
         presence=NoPresence(),
         live=FailClosedRoutes(),

@@ -379,3 +379,34 @@ async def test_watching_without_a_kinds_directory_returns_at_once() -> None:
     kinds = LiveCatalogue(make_config().notify)
     with trio.fail_after(5):
         await kinds.watch(interval=0.01)
+
+
+# A reload (notify.categories) reaches the apps of the directory.
+
+
+def test_a_reload_that_removes_a_category_takes_its_kinds_out_and_keeps_the_rest(
+    tmp_path: Path,
+) -> None:
+    put(tmp_path, "acme/chat/kinds.toml", INVITE + '["wave"]\ncategory = "games"\n')
+    put(tmp_path, "acme/board/kinds.toml", '["move"]\ncategory = "games"\n')
+    both = make_config(notify={"categories": ["social", "games"], "kinds_dir": str(tmp_path)})
+    catalogue = LiveCatalogue(both.notify)
+    assert codes(catalogue.current()) == {
+        "acme/chat:invite",
+        "acme/chat:wave",
+        "acme/board:move",
+    }
+
+    social = make_config(notify={"categories": ["social"], "kinds_dir": str(tmp_path)})
+    after = catalogue.reconfigure(social.notify)
+    # Each app's files are refused now (games is no category); its last good kinds
+    # stay, except those of the category that is gone.
+    assert codes(after) == {"acme/chat:invite"}
+    assert {p.path for p in catalogue.problems()} == {
+        "acme/chat/kinds.toml",
+        "acme/board/kinds.toml",
+    }
+
+    again = catalogue.reconfigure(both.notify)
+    assert codes(again) == {"acme/chat:invite", "acme/chat:wave", "acme/board:move"}
+    assert catalogue.problems() == ()

@@ -22,6 +22,7 @@ import pytest
 import trio
 from psycopg.conninfo import make_conninfo
 
+from bothy_notify.config import LiveConfig
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import SKIP_REASONS, Metrics
 from bothy_notify.kernel.presence import NoPresence
@@ -30,6 +31,7 @@ from bothy_notify.notify.round import ROUND_LOCK_KEY, ConsumerRound, Isolation
 from bothy_notify.notify.routes import FailClosedRoutes
 from tests.conftest import TEMPLATE
 from tests.harness import make_config, wait_for
+from tests.support.event_types import add_event_type
 
 FUTURE_TYPE = "envelope.future"
 """An event type a newer node's migration added; this version has no projection for it."""
@@ -107,10 +109,7 @@ def prepare(url: str, events: list[tuple[str, dict[str, Any]]]) -> None:
     """The future type registered (as a newer migration would), the poison triggers,
     one registration per person, then ``events`` appended through the outbox."""
     with psycopg.connect(url) as conn:
-        conn.execute(
-            "INSERT INTO bothy.event_types (type, schema) VALUES (%s, %s::jsonb)",
-            (FUTURE_TYPE, json.dumps({"type": "object"})),
-        )
+        add_event_type(conn, FUTURE_TYPE, {"type": "object"})
         conn.execute(POISON_TRIGGERS)
         for person in ("alex", "kim"):
             conn.execute(
@@ -125,7 +124,7 @@ def prepare(url: str, events: list[tuple[str, dict[str, Any]]]) -> None:
 def new_round(url: str, metrics: Metrics, **kw: Any) -> ConsumerRound:
     return ConsumerRound(
         database_url=url,
-        config=make_config(),
+        config=LiveConfig(make_config()),
         clock=FakeClock(),
         presence=NoPresence(),
         live=FailClosedRoutes(),

@@ -22,6 +22,7 @@ import trio.testing
 from bothy_notify.config import JobsConfig
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.results import Result
 from bothy_notify.runner import Done, JobRunner, Report
 from bothy_notify.store import jobs as queue
 from bothy_notify.store.db import Database
@@ -52,7 +53,7 @@ class Answering:
 
     async def _one(self, job: Job, report: Report) -> None:
         await self.answers[job.id].wait()
-        await report(job, Done("sent"))
+        await report(job, Done(Result.DELIVERED))
         self.reported.add(job.id)
 
     def answer(self, job_id: int) -> None:

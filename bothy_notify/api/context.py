@@ -15,7 +15,7 @@ from starlette.requests import Request
 from bothy_notify.api.errors import ApiError, bad_json, body_timeout, too_large
 from bothy_notify.api.status import StatusSource
 from bothy_notify.auth import AuthError, DeviceClaims, ProducerClaims, TokenVerifier
-from bothy_notify.config import Config
+from bothy_notify.config import Config, LiveConfig
 from bothy_notify.kernel import strict_json
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
@@ -40,11 +40,13 @@ class ApiContext:
     ``None``). ``catalogue`` is the
     source of the kind catalogue served by ``GET /v1/catalogue`` (refreshed
     per request). ``status`` serves the operator's status page (``None``: 404).
+    ``live_config`` is the node's live configuration; handlers read
+    :attr:`config` at each use, so a reload reaches the next request.
     """
 
     db: Database
     verifier: TokenVerifier
-    config: Config
+    live_config: LiveConfig
     clock: Clock
     metrics: Metrics
     validator: EventValidator
@@ -61,6 +63,11 @@ class ApiContext:
 
     def __repr__(self) -> str:
         return "ApiContext()"
+
+    @property
+    def config(self) -> Config:
+        """The configuration in use now (a reload swaps it between two reads)."""
+        return self.live_config.current
 
     @cached_property
     def appender(self) -> GroupAppender:

@@ -73,7 +73,7 @@ def uuid7() -> uuid.UUID:
 
 def new_id() -> str:
     """A new UUIDv7 as its canonical string (formatted here: ``str(uuid.UUID(...))``
-    costs twice as much, and the round makes one per event)."""
+    costs more, and the round makes one per event)."""
     h = "%032x" % _source.next_int()  # noqa: UP031 - the fastest formatting here
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 

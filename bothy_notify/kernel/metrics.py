@@ -36,19 +36,12 @@ from prometheus_client import (
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from bothy_notify.kernel.results import SkipReason
+
 # The *_created series double every counter's output and no dashboard reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
-SKIP_REASONS = (
-    "no_access",
-    "preference",
-    "read",
-    "active_in_thread",
-    "no_registration",
-    "expired",
-    "node_gone",
-    "no_connection",
-)
+SKIP_REASONS = tuple(reason.value for reason in SkipReason)
 """Why a hint or a send stopped; the values of ``bothy_push_skipped_total{reason}``."""
 
 REGISTRATION_ACTIONS = ("registered", "restored", "invalidated", "expired", "deleted")
@@ -75,8 +68,8 @@ class Children(Generic[_M]):
     """The labelled children of one metric, each looked up once.
 
     ``prometheus_client``'s ``labels()`` validates and joins the label values and
-    takes a lock on every call (a few microseconds, 2-5% of a push's CPU in
-    ``bench/push.py``'s profile); a hot path keeps the child instead. Label values
+    takes a lock on every call (it showed in ``bench/push.py``'s profile); a hot
+    path keeps the child instead. Label values
     are closed sets, so the cache stays small.
     """
 
@@ -249,6 +242,15 @@ class Metrics:
             ["kind", "result"],
             registry=r,
         )
+        self.jobs_rescued = Counter(
+            "bothy_jobs_rescued",
+            "Running jobs whose lease ran out (their runner stopped, or lost the database"
+            " before recording them), by outcome: made available again or failed.",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("again", "failed"):
+            self.jobs_rescued.labels(outcome)
         self.registrations = Counter(
             "bothy_registrations",
             "Push registrations registered, restored, invalidated, expired or deleted.",
@@ -331,8 +333,8 @@ class Metrics:
         for action in ("added", "removed"):
             self.topic_subscriptions.labels(action)
 
-    def skip(self, reason: str, amount: int = 1) -> None:
-        """Count ``amount`` skips with ``reason`` (one of :data:`SKIP_REASONS`)."""
+    def skip(self, reason: SkipReason, amount: int = 1) -> None:
+        """Count ``amount`` skips with ``reason``."""
         if amount:
             self.push_skipped.labels(reason).inc(amount)
 

@@ -2,10 +2,9 @@
 
 A frozen dataclass's generated ``__init__`` stores every field through
 ``object.__setattr__`` (its own ``__setattr__`` refuses), which costs several
-times a plain attribute store: measured here, 1.7 us for seven fields against
-0.5 us through the slots' own descriptors. The consumer round builds a few such
-values per recipient (facts, routes, a delivery), so that difference was a fifth
-of the round's Python.
+times a store through the slots' own descriptors. The consumer round builds a few
+such values per recipient (facts, routes, a delivery), so that difference showed
+in the round's profile (``bench/decide.py``).
 
 :func:`fast_init` gives a ``frozen=True, slots=True`` dataclass an ``__init__``
 that stores each field through its slot descriptor. Everything else stays the

@@ -177,8 +177,8 @@ _WINDOWS = (
 # The presence table holds a row per live connection of the cluster (idle ones
 # too), while a group asks for a few people: the fenced LATERAL (OFFSET 0) keeps
 # one index probe per person. As a plain join the planner, which guesses 100 keys,
-# hashes them against a scan of the whole table (2.5 ms at 21,000 connections,
-# growing with them and with the table's dead rows, once per group).
+# hashes them against a scan of the whole table (a cost growing with the connections
+# and with the table's dead rows, once per group; bench/cluster.py).
 _PRESENCE = (
     "SELECT p.user_id, p.device_id, p.platform, p.focus, p.idle, p.node_id::text"
     f" FROM {_KEYS} AS k(id) CROSS JOIN LATERAL ("

@@ -57,8 +57,9 @@ brings the version back to what it was before the file came. A reload (SIGHUP,
 
 Invalid files. The unit of "last good" is the app: an app with any problem
 keeps the entries of its last good state in this process (none if it never had
-one), so one broken file never empties the catalogue nor takes other apps'
-kinds away, and a half-written file during an install is harmless. Each new
+one; after a reload, only those whose category is still configured), so one
+broken file never empties the catalogue nor takes other apps' kinds away, and a
+half-written file during an install is harmless. Each new
 problem is logged once (warning, the file relative to ``notify.kinds_dir``),
 ``bothy_catalogue_invalid_files`` counts the files refused now, and
 ``bothy-notify check-config`` fails naming them. A directory that cannot be
@@ -110,7 +111,7 @@ stray large file must not be read into memory at every change."""
 WATCH_INTERVAL = 2.0
 """Seconds between two background refreshes (:meth:`LiveCatalogue.watch`): a bad file
 is logged and counted within this on a node nobody asks, for a directory listing and
-a few ``stat`` calls each time (well under 1 ms for 20 apps)."""
+a few ``stat`` calls each time (``bench/catalogue.py``; docs/performance.md)."""
 RACY_WINDOW_NS = 2_000_000_000
 """A file modified this recently may be written again without its stamp changing
 (timestamp granularity), so its app is read again at the next refresh."""
@@ -405,8 +406,10 @@ class LiveCatalogue:
     def reconfigure(self, notify: NotifyConfig) -> Catalogue:
         """Take a new ``notify.kinds`` and ``notify.categories`` (a reload) and read
         every app of the kinds directory again, as at a start: an app whose files
-        are refused now (a category that was removed) keeps its last good kinds.
-        ``notify.kinds_dir`` itself stays (a new directory needs a restart).
+        are refused now (a category that was removed) keeps those of its last good
+        kinds whose category still exists, so the catalogue never holds a kind of a
+        category the rest of the node no longer knows. ``notify.kinds_dir`` itself
+        stays (a new directory needs a restart).
         Blocking, like :meth:`refresh`; returns the catalogue in use now.
 
         Raises:
@@ -418,6 +421,7 @@ class LiveCatalogue:
             self._categories = categories_of(notify)
             for app in self._apps.values():
                 app.files, app.digest = None, ""  # read and checked again
+                app.good = tuple(e for e in app.good if e.category in self._categories)
             self._catalogue = self._build()
         return self.refresh()
 

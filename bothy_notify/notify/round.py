@@ -57,9 +57,10 @@ from typing import Protocol
 
 import trio
 
-from bothy_notify.config import Config
+from bothy_notify.config import LiveConfig
 from bothy_notify.kernel.backoff import Backoff
 from bothy_notify.kernel.clock import Clock
+from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.supervise import error_type, error_where
 from bothy_notify.notify.catalogue import CatalogueSource
@@ -69,7 +70,14 @@ from bothy_notify.notify.routes import LiveRoutes
 from bothy_notify.store import deadletters
 from bothy_notify.store import events as eventlog
 from bothy_notify.store import jobs as jobqueue
-from bothy_notify.store.db import Conn, StoreContention, StoreError, StoreUnavailable
+from bothy_notify.store.db import (
+    DEFAULT_TIMEOUTS,
+    Conn,
+    DatabaseTimeouts,
+    StoreContention,
+    StoreError,
+    StoreUnavailable,
+)
 from bothy_notify.store.events import Event
 from bothy_notify.store.jobs import ClaimHere, Job
 from bothy_notify.store.listen import Listener, Listening, Notification, reconnect_backoff
@@ -180,7 +188,9 @@ class ConsumerRound:
 
     Args:
         database_url: URL for the dedicated connection.
-        config: the configuration (``notify.*``, ``push.max_attempts``).
+        timeouts: the bounds of that connection's waits (``[database]``).
+        config: the node's live configuration (``notify.*``, ``push.max_attempts``),
+            read once per round: a reload reaches the next round.
         clock: the injected clock; the round's ``now`` for windows and schedules.
         presence: who is connected (``NoPresence`` in role ``worker`` of a single
             node; :class:`~bothy_notify.notify.facts.SharedPresence` in a cluster).
@@ -194,13 +204,14 @@ class ConsumerRound:
             fixed on the round's hints (``mv``).
         local: the jobs this node runs at once after the commit (role ``all``: its
             gateway hints); ``None`` leaves every job to the runners' claims.
+        instrument: told of the round's stages (:mod:`bothy_notify.kernel.instrument`).
     """
 
     def __init__(
         self,
         *,
         database_url: str,
-        config: Config,
+        config: LiveConfig,
         clock: Clock,
         presence: PresenceSource,
         live: LiveRoutes,
@@ -209,8 +220,11 @@ class ConsumerRound:
         jobs_committed: Callable[[], None] | None = None,
         catalogue: CatalogueSource | None = None,
         local: LocalJobs | None = None,
+        timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS,
+        instrument: Instrument | None = None,
     ) -> None:
         self._local = local
+        self._instrument = instrument
         self._claimed: list[Job] = []
         self._prepared: object | None = None
         self._catalogue = catalogue
@@ -222,13 +236,14 @@ class ConsumerRound:
         self._before_commit = before_commit
         self._jobs_committed = jobs_committed
         self._committed_jobs = 0
-        poll = config.notify.poll_interval.total_seconds()
+        poll = config.current.notify.poll_interval.total_seconds()
         self._listener = Listener(
             database_url,
             (EVENTS_CHANNEL,),
             name="round",
             reconnect=reconnect_backoff(poll),
             catch_up=self._catch_up,
+            timeouts=timeouts,
         )
         self._wait_until: float | None = None
         """While set, the log was drained: wait for a notification until then
@@ -268,7 +283,7 @@ class ConsumerRound:
 
     async def _serve(self, listening: Listening) -> None:
         """One connection: stand by until the lock is ours, then hold the round."""
-        poll = self._config.notify.poll_interval.total_seconds()
+        poll = self._config.current.notify.poll_interval.total_seconds()
         try:
             held = await self._try_lock(listening)
             if not held:
@@ -299,8 +314,8 @@ class ConsumerRound:
         self._set_holder(True)
         log.info("this node holds the consumer round")
         await listening.listen()
-        poll = self._config.notify.poll_interval.total_seconds()
-        batch_size = self._config.notify.batch_size
+        poll = self._config.current.notify.poll_interval.total_seconds()
+        batch_size = self._config.current.notify.batch_size
         last_lag = 0.0
         while True:
             wait = 0.0
@@ -345,7 +360,7 @@ class ConsumerRound:
             self._wait_until = time.monotonic() + poll
 
     def _wait_and_round(
-        self, conn: Conn, _notifications: list[Notification], *, limit: int
+        self, conn: Conn, notifications: list[Notification], *, limit: int
     ) -> tuple[int, bool]:
         """Blocking, in the worker thread right after the wait
         (:meth:`~bothy_notify.store.listen.Listening.wait_then`): a notification came,
@@ -354,6 +369,8 @@ class ConsumerRound:
         notification starts the round without a hop through Trio). Returns what
         :meth:`_round_once` returns.
         """
+        if notifications and self._instrument is not None:
+            self._instrument.round_woken()
         ran = self._round_once(conn, limit)
         self._prepare_local(conn)
         return ran
@@ -369,6 +386,8 @@ class ConsumerRound:
             return
         try:
             self._prepared = self._local.prepare(conn, self._claimed)
+            if self._instrument is not None:
+                self._instrument.jobs_checked([job.args for job in self._claimed])
         except Exception as exc:
             log.warning(
                 "checking this node's new jobs after the round failed; the runner checks them",
@@ -391,6 +410,8 @@ class ConsumerRound:
         """Give the round's committed local jobs to this node's runner (Trio thread)."""
         claimed, self._claimed = self._claimed, []
         prepared, self._prepared = self._prepared, None
+        if self._instrument is not None:
+            self._instrument.round_handed_over()
         if claimed and self._local is not None:
             await self._local.hand_over(claimed, prepared)
 
@@ -444,21 +465,27 @@ class ConsumerRound:
         running transaction (only looked at when nothing could be read).
         """
         now = self._clock.now()
+        config = self._config.current  # one configuration for the whole round
         self._committed_jobs = 0
         self._claimed = []
         self._reading = []
         self._planner = None
+        instrument = self._instrument
+        if instrument is not None:
+            instrument.round_started()
         with conn.transaction():
             cursor, batch = eventlog.lock_and_read(
-                conn, limit if limit is not None else self._config.notify.batch_size
+                conn, limit if limit is not None else config.notify.batch_size
             )
             if not batch:
                 return 0, _events_blocked(conn, cursor)
+            if instrument is not None:
+                instrument.round_read([event.payload for event in batch])
             self._reading = batch
             planner = self._planner = RoundPlanner(
                 conn,
                 now=now,
-                config=self._config,
+                config=config,
                 presence=self._presence,
                 live=self._live,
                 catalogue=self._catalogue,
@@ -474,6 +501,8 @@ class ConsumerRound:
             outcome = planner.outcome
             if self._before_commit is not None:
                 self._before_commit(outcome)
+        if instrument is not None:
+            instrument.round_committed()
         self._claimed = planner.writer.claimed
         # Claimed jobs need no runner's claim: the runner is nudged for the others only.
         self._committed_jobs = outcome.jobs - len(self._claimed)
@@ -515,6 +544,8 @@ class ConsumerRound:
         now = self._clock.now()
         if self._blocked_since is None:
             self._blocked_since = now
+        if self._instrument is not None:
+            self._instrument.round_blocked(wait)
         self.blocked_waits.append(wait)
         self._metrics.consumer_blocked_seconds.set((now - self._blocked_since).total_seconds())
 

@@ -2,9 +2,9 @@
 
 Why not httpx: a push is one small request, and the pure-Python layers
 (httpx -> httpcore -> h2 -> hpack -> Trio's TLS stream over ``ssl.MemoryBIO``)
-cost about a millisecond of CPU each; libcurl with nghttp2 and OpenSSL (the
-``pycurl`` wheel bundles all three) costs tens of microseconds. The
-measurement is in ``docs/performance.md`` and ``bench/http2_clients.py``.
+cost many times the CPU per request of libcurl with nghttp2 and OpenSSL (the
+``pycurl`` wheel bundles all three). The measurement is in
+``docs/performance.md`` ("http2_clients") and ``bench/http2_clients.py``.
 
 Shape: libcurl's socket interface (``curl_multi_socket_action``) run on
 Trio's own thread. libcurl says which sockets it wants watched and when its
@@ -211,8 +211,9 @@ class Http2Client:
         other requests.
 
         The bound is libcurl's rather than a cancel scope at the caller (as our
-        style has it elsewhere) because a deadline scope per send cost a third of
-        the APNs provider's CPU per push; a caller's scope still cancels.
+        style has it elsewhere) because a deadline scope per send was a large share
+        of the APNs provider's CPU per push (``bench/push.py``); a caller's scope
+        still cancels.
         """
         if self._closed:
             raise trio.ClosedResourceError("the provider client is closed")

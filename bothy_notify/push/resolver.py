@@ -6,7 +6,8 @@ connect to; :class:`SystemResolver` asks the operating system and
 are pure functions:
 
 - :func:`host_allowed`: ``push.webhook.allowed_domains`` (an exact host, or
-  ``*.suffix`` with at least one label before the suffix; case-insensitive).
+  ``*.suffix`` with at least one label before the suffix; case-insensitive);
+  :func:`is_host_pattern` the form of such an entry (``prepare`` checks it).
 - :func:`~.addresses.is_blocked_address` (from :mod:`.addresses`, the table of
   the IANA special-purpose registries): every address that is not globally
   reachable, and the IPv6 forms that carry such an IPv4 address.
@@ -19,6 +20,7 @@ Errors::
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
@@ -36,6 +38,7 @@ __all__ = [
     "host_allowed",
     "ip_literal",
     "is_blocked_address",
+    "is_host_pattern",
 ]
 
 
@@ -124,6 +127,18 @@ def _unique(addresses: Iterable[IPAddress]) -> list[IPAddress]:
         if address not in seen:
             seen.append(address)
     return seen
+
+
+_HOST_PATTERN = re.compile(
+    r"^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$"
+    r"|^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+)
+
+
+def is_host_pattern(pattern: str) -> bool:
+    """Whether ``pattern`` is an entry :func:`host_allowed` takes: a host name, or
+    ``*.suffix`` with at least one label in the suffix (case-insensitive)."""
+    return _HOST_PATTERN.fullmatch(pattern.lower()) is not None
 
 
 def host_allowed(host: str, patterns: Iterable[str]) -> bool:

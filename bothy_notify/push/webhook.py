@@ -69,6 +69,7 @@ from bothy_notify.push.resolver import (
     SystemResolver,
     host_allowed,
     is_blocked_address,
+    is_host_pattern,
 )
 from bothy_notify.push.transport import (
     REQUEST_BOUND,
@@ -310,7 +311,13 @@ def _parse(token: str) -> httpx.URL | None:
 
 
 def prepare(settings: WebhookConfig, key: str) -> WebhookConfig:
-    """Check ``[push.webhook]`` without connecting anywhere."""
+    """Check ``[push.webhook]`` without connecting anywhere; raise :class:`ConfigError`
+    naming the key."""
+    if not all(is_host_pattern(pattern) for pattern in settings.allowed_domains):
+        raise ConfigError(
+            f"{key}.allowed_domains: each entry is a host or *.suffix"
+            " with at least one label before it"
+        )
     check_proxy_url(settings.endpoint)
     ssl_context(settings.ca_file, key=f"{key}.ca_file")
     return settings

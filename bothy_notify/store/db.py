@@ -1,151 +1,114 @@
 """The connection pool and the one way to run SQL from Trio.
 
-Errors (module hierarchy)::
+:class:`Database` runs psycopg's synchronous driver in worker threads (psycopg's
+async API is asyncio-only), behind a :class:`trio.CapacityLimiter` sized to the
+pool, and drives one connection from the Trio thread itself for the hot path's
+single statements (:attr:`Database.direct`, :mod:`bothy_notify.store.direct`).
 
-    StoreError                 the database could not do what was asked
-    ├── StoreUnavailable       it could not be reached at all (or the connection broke)
-    ├── StoreConflict          a uniqueness rule refused a concurrent write
-    └── StoreContention        a concurrent transaction got in the way (deadlock,
-                               serialization failure): the same work may simply be retried
-
-``store`` is the only package that knows psycopg's errors: :meth:`Database.run`
-and :func:`translated` turn every ``psycopg.Error`` into one of these (``raise
-... from exc``), so callers catch :class:`StoreError` only.
+The errors, the bounds of every wait and the connect helpers live in
+:mod:`bothy_notify.store.connection` (its docstring draws the error tree and
+states the one cancellation rule); they are re-exported here, where most
+callers import them from.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from functools import partial, wraps
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TypeVar
 
-import psycopg
 import trio
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-if TYPE_CHECKING:
-    from bothy_notify.store.direct import DirectConnection
+from bothy_notify.store.connection import (
+    BULK_TIMEOUT,
+    DEFAULT_TIMEOUTS,
+    BoundedConnection,
+    Conn,
+    DatabaseTimeouts,
+    StatementError,
+    StoreConflict,
+    StoreContention,
+    StoreError,
+    StoreTimeout,
+    StoreUnavailable,
+    configure,
+    connect_dedicated,
+    connection_limit,
+    translate_errors,
+    translated,
+)
+from bothy_notify.store.direct import DirectConnection
 
 log = logging.getLogger("bothy.store")
 
 T = TypeVar("T")
-P = ParamSpec("P")
 
-Conn = psycopg.Connection[Any]
-
-
-class StoreError(Exception):
-    """The database refused or failed an operation."""
-
-
-class StoreUnavailable(StoreError):
-    """The database cannot be reached, or the connection broke."""
-
-
-class StoreConflict(StoreError):
-    """A uniqueness rule refused the write (another writer got there first)."""
-
-
-class StoreContention(StoreError):
-    """A concurrent transaction got in the way (deadlock, serialization failure).
-
-    Nothing is wrong with the work itself: run it again.
-    """
-
-
-@contextmanager
-def translate_errors() -> Iterator[None]:
-    """Translate psycopg's errors raised inside the block into :class:`StoreError`.
-
-    A lost or unreachable server becomes :class:`StoreUnavailable`, a unique
-    violation :class:`StoreConflict`, anything else :class:`StoreError`. The
-    message is constant (psycopg's may quote values); the cause is kept.
-    """
-    try:
-        yield
-    except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
-        raise StoreUnavailable("the database cannot be reached") from exc
-    except psycopg.errors.UniqueViolation as exc:
-        raise StoreConflict("a concurrent write got there first") from exc
-    except psycopg.errors.TransactionRollback as exc:
-        raise StoreContention("a concurrent transaction got in the way") from exc
-    except psycopg.Error as exc:
-        raise StoreError(f"the database refused the operation ({type(exc).__name__})") from exc
-
-
-def translated(fn: Callable[P, T]) -> Callable[P, T]:
-    """``fn`` with its psycopg errors translated (for work on dedicated connections)."""
-
-    @wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        with translate_errors():
-            return fn(*args, **kwargs)
-
-    return wrapper
-
-
-CONNECT_PARAMETERS: dict[str, Any] = {
-    # A host that does not answer must not hold a reconnecting service for the kernel's
-    # TCP timeout (minutes): fail the attempt, the caller retries with its backoff.
-    "connect_timeout": 10,
-    # A server that vanished without closing its sockets (host down, network cut) is
-    # noticed within about a minute instead of when the kernel gives up (hours).
-    "keepalives": 1,
-    "keepalives_idle": 30,
-    "keepalives_interval": 10,
-    "keepalives_count": 3,
-}
-"""libpq parameters of every connection the daemon opens (pooled or dedicated)."""
 
 POOL_WAIT = 30.0
 """Default seconds a caller waits for a free pooled connection before
 :class:`StoreUnavailable` (work that may wait: jobs, housekeeping)."""
 
+POOL_RECONNECT = 5.0
+"""Seconds a pool keeps retrying (psycopg_pool's backoff: 1 s, 2 s, ...) to replace a
+lost connection before it gives the slot up; a caller that finds the pool empty then
+starts a fresh attempt at once. psycopg_pool's own default (5 minutes) lets the
+backoff grow to minutes: a pool would come back that long after the server did."""
+
 PING_CACHE = 1.0
 """Seconds a ping's answer is reused: ``/readyz`` polled by many balancers costs one
 query per second at most."""
 
-PING_WAIT = 2.0
-"""Seconds a ping waits for a pooled connection; past it the database counts as down."""
-
 PROBE_EVERY = 1.0
-"""While the pool could not get a connection at all, one caller per this many seconds
-tries the database; the others fail at once instead of queueing behind the wait."""
+"""While the database cannot be reached (a wait for a connection timed out, or the
+server did not answer), one caller per this many seconds tries it; the others fail
+at once instead of queueing behind the wait."""
 
 
 class Database:
     """A pool of connections plus a limiter, used from Trio.
 
-    The daemon opens two: one for the HTTP API and the gateway, one for the job
-    runner and housekeeping, so load on one never starves the other (the
-    consumer round has a connection of its own).
+    The daemon opens up to three: one for the HTTP API, one for the gateway, one
+    for the job runner and housekeeping, so load on one never starves another
+    (the consumer round has a connection of its own).
 
     Args:
-        url: the PostgreSQL connection URL (never logged).
+        url: the PostgreSQL connection URL (never logged); a multi-host URL is
+            tried host by host (``connect_timeout`` each).
         pool_size: connections in the pool and worker threads allowed at once.
         name: the pool's name (``api``, ``jobs``), for psycopg's logs.
         wait: seconds a caller waits for a free connection before
             :class:`StoreUnavailable`; an HTTP request should not wait long.
+        timeouts: the bounds of every wait (``[database]``).
     """
 
     def __init__(
-        self, url: str, *, pool_size: int = 10, name: str = "bothy", wait: float = POOL_WAIT
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        name: str = "bothy",
+        wait: float = POOL_WAIT,
+        timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         self._url = url
         self.pool_size = pool_size
         self.name = name
+        self.timeouts = timeouts
         self._pool = ConnectionPool(
             url,
+            connection_class=BoundedConnection,
             min_size=min(2, pool_size),
             max_size=pool_size,
             open=False,
             # Transactions are explicit (``conn.transaction()`` in :meth:`run_sync`), so a
             # single-statement read can skip BEGIN/COMMIT: one round trip instead of three.
-            kwargs={"autocommit": True, **CONNECT_PARAMETERS},
+            kwargs={"autocommit": True, **timeouts.libpq()},
+            configure=partial(configure, timeouts=timeouts),
             name=name,
             timeout=wait,
+            reconnect_timeout=POOL_RECONNECT,
         )
         self.limiter = trio.CapacityLimiter(pool_size)
         self._ping_limiter = trio.CapacityLimiter(1)
@@ -155,7 +118,8 @@ class Database:
         self.pings = 0
         """Pings that really reached for the database (statistics, tests)."""
         self.unreachable = False
-        """True from a wait for a connection that timed out until the next success."""
+        """True from a wait for a connection that timed out, or a server that did not
+        answer, until the next success."""
         self._direct: DirectConnection | None = None
 
     @property
@@ -184,13 +148,14 @@ class Database:
         (:mod:`bothy_notify.store.direct`), opened at its first statement and closed
         with the pool. Outside the pool's size."""
         if self._direct is None:
-            from bothy_notify.store.direct import DirectConnection
-
-            self._direct = DirectConnection(self._url)
+            self._direct = DirectConnection(self._url, timeouts=self.timeouts)
         return self._direct
 
-    def run_sync(self, fn: Callable[[Conn], T], *, transaction: bool = True) -> T:
-        """Run ``fn(conn)`` on this thread, in one transaction unless told otherwise.
+    def run_sync(
+        self, fn: Callable[[Conn], T], *, transaction: bool = True, bulk: bool = False
+    ) -> T:
+        """Run ``fn(conn)`` on this thread, in one transaction unless told otherwise
+        (``bulk``: see :meth:`run`).
 
         Raises :class:`StoreError` (psycopg's errors translated); a
         :class:`StoreError` that ``fn`` raises itself passes unchanged.
@@ -199,30 +164,50 @@ class Database:
             if not transaction:
                 return fn(conn)
             with conn.transaction():
+                if bulk:
+                    return self._bulk(conn, fn)
                 return fn(conn)
 
-    async def run(self, fn: Callable[[Conn], T], *, transaction: bool = True) -> T:
+    @staticmethod
+    def _bulk(conn: Conn, fn: Callable[[Conn], T]) -> T:
+        assert isinstance(conn, BoundedConnection)
+        ms = round((BULK_TIMEOUT - 1) * 1000)
+        conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{ms}ms",))
+        with conn.responses_within(BULK_TIMEOUT):
+            return fn(conn)
+
+    async def run(
+        self, fn: Callable[[Conn], T], *, transaction: bool = True, bulk: bool = False
+    ) -> T:
         """Run ``fn(conn)`` in a worker thread, in one transaction.
 
         The transaction commits when ``fn`` returns and rolls back when it
         raises. ``transaction=False`` runs each statement on its own (autocommit):
         only for work whose statements each stand alone, such as a single
-        read, where it saves the BEGIN and COMMIT round trips. Cancellation
-        waits for ``fn`` to finish: writes are never abandoned halfway.
+        read, where it saves the BEGIN and COMMIT round trips. ``bulk`` (in a
+        transaction) gives each statement :data:`BULK_TIMEOUT` instead of
+        ``statement_timeout`` and ``response_timeout``: the hourly sweep.
 
-        Once a wait for a connection timed out (the database cannot be reached),
-        callers fail at once with :class:`StoreUnavailable`, except one per
-        :data:`PROBE_EVERY` seconds that tries again; the first success ends it.
-        So an outage answers quickly instead of queueing every caller behind
-        the pool's wait.
+        Cancellation waits for ``fn`` to finish, which every wait for the server
+        bounds (``database.response_timeout``): writes are never abandoned
+        halfway, and the result comes back before the cancellation is delivered.
+
+        Once the database could not be reached (a wait for a connection timed
+        out, or the server did not answer), callers fail at once with
+        :class:`StoreUnavailable`, except one per :data:`PROBE_EVERY` seconds
+        that tries again; the first success ends it. So an outage answers
+        quickly instead of queueing every caller behind the pool's wait.
         """
         self._may_try()
         try:
             result = await trio.to_thread.run_sync(
-                partial(self.run_sync, fn, transaction=transaction), limiter=self.limiter
+                partial(self.run_sync, fn, transaction=transaction, bulk=bulk),
+                limiter=self.limiter,
             )
         except StoreUnavailable as exc:
-            if isinstance(exc.__cause__, PoolTimeout):
+            if isinstance(exc, StoreTimeout):
+                self._lost_server()
+            if isinstance(exc, StoreTimeout) or isinstance(exc.__cause__, PoolTimeout):
                 self._unreachable()
             raise
         self._answered()
@@ -235,17 +220,29 @@ class Database:
         :meth:`DirectConnection.query <bothy_notify.store.direct.DirectConnection.query>`).
 
         Shares :meth:`run`'s outage rule: once the database could not be reached
-        (here: the connection could not be made or broke), callers fail at once
-        but one per :data:`PROBE_EVERY` seconds, and the first success ends it.
+        (here: the connection could not be made, broke or did not answer),
+        callers fail at once but one per :data:`PROBE_EVERY` seconds, and the
+        first success ends it. A server that did not answer empties the pool too.
         """
         self._may_try()
         try:
             rows = await self.direct.query(name, sql, params)
-        except StoreUnavailable:
+        except StoreUnavailable as exc:
+            if isinstance(exc, StoreTimeout):
+                self._lost_server()
             self._unreachable()
             raise
         self._answered()
         return rows
+
+    def _lost_server(self) -> None:
+        """A server did not answer: every connection to it is suspect. Empty the pool
+        (connections in use are closed when they come back; new ones try the URL's
+        hosts again, a frozen one costing ``connect_timeout``) and reconnect the
+        direct connection at its next statement."""
+        self._pool.drain()
+        if self._direct is not None:
+            self._direct.reconnect()
 
     def _may_try(self) -> None:
         """Fail at once while the database is unreachable, but for one probe a second."""
@@ -272,8 +269,9 @@ class Database:
         An answer is reused for :data:`PING_CACHE` seconds, and callers that
         arrive while a ping runs wait for that one: however often readiness is
         polled, the database sees at most one ping a second. The ping has its
-        own worker thread, so it never queues behind API work, waits at most
-        :data:`PING_WAIT` for a connection and gives up (false) a second later.
+        own worker thread, so it never queues behind API work; it waits at most
+        ``database.health_check_timeout`` for a connection and as long again for
+        the answer, then says false.
 
         ``share=False`` (a periodic background check) pings on its own, neither
         reusing an answer nor leaving one: ``/readyz`` never answers with what a
@@ -298,47 +296,41 @@ class Database:
 
     async def _ping_now(self) -> bool:
         self.pings += 1
-        # A read may be abandoned (unlike a write): a server that accepts and never
-        # answers must not hold readiness. The limiter keeps it to one such thread.
-        with trio.move_on_after(PING_WAIT + 1):
-            try:
-                await trio.to_thread.run_sync(
-                    self._ping_sync, limiter=self._ping_limiter, abandon_on_cancel=True
-                )
-                return True
-            except StoreError:
-                return False
-        return False
+        try:
+            await trio.to_thread.run_sync(self._ping_sync, limiter=self._ping_limiter)
+        except StoreTimeout:
+            self._lost_server()
+            return False
+        except StoreError:
+            return False
+        return True
 
     def _ping_sync(self) -> None:
-        with translate_errors(), self._pool.connection(timeout=PING_WAIT) as conn:
-            conn.execute("SELECT 1").fetchone()
+        bound = self.timeouts.health_check
+        with translate_errors(), self._pool.connection(timeout=bound) as conn:
+            assert isinstance(conn, BoundedConnection)
+            with conn.responses_within(bound):
+                conn.execute("SELECT 1").fetchone()
 
 
-def connect_dedicated(url: str, *, autocommit: bool = True) -> Conn:
-    """A connection outside the pool (advisory lock holder, LISTEN); autocommit by
-    default, so explicit ``conn.transaction()`` blocks are the only transactions."""
-    try:
-        return psycopg.connect(url, autocommit=autocommit, **CONNECT_PARAMETERS)
-    except psycopg.OperationalError as exc:
-        raise StoreUnavailable("the database cannot be reached") from exc
-
-
-def connection_limit(url: str) -> int:
-    """Connections the server at ``url`` lets ordinary roles open: ``max_connections``
-    minus those reserved for superusers. Blocking.
-
-    Raises:
-        StoreError: the database cannot be reached.
-    """
-    with translate_errors():
-        conn = connect_dedicated(url)
-        try:
-            row = conn.execute(
-                "SELECT current_setting('max_connections')::int"
-                " - current_setting('superuser_reserved_connections')::int"
-            ).fetchone()
-        finally:
-            conn.close()
-    assert row is not None
-    return int(row[0])
+__all__ = [
+    "BULK_TIMEOUT",
+    "DEFAULT_TIMEOUTS",
+    "PING_CACHE",
+    "POOL_RECONNECT",
+    "POOL_WAIT",
+    "PROBE_EVERY",
+    "Conn",
+    "Database",
+    "DatabaseTimeouts",
+    "StatementError",
+    "StoreConflict",
+    "StoreContention",
+    "StoreError",
+    "StoreTimeout",
+    "StoreUnavailable",
+    "connect_dedicated",
+    "connection_limit",
+    "translate_errors",
+    "translated",
+]

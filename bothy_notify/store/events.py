@@ -9,20 +9,17 @@ one is therefore never skipped, which a plain ``seq > cursor`` read would do.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
 import psycopg
-from jsonschema import Draft202012Validator, validators
-from jsonschema.exceptions import ValidationError
 
 from bothy_notify.store.db import Conn, Database, StoreError
 from bothy_notify.store.direct import StatementError
-from bothy_notify.store.fastcheck import Check, compile_check
+from bothy_notify.store.eventcheck import Check, compile_schema
 from bothy_notify.store.migrate import load_event_schemas
 
 CURSOR_NAME = "notify"
@@ -52,113 +49,35 @@ class Cursor:
     seq: int
 
 
-def _max_decoded_bytes(
-    validator: Any, limit: int, instance: object, schema: Mapping[str, Any]
-) -> Iterator[ValidationError]:
-    """``maxDecodedBytes``: the most bytes a standard base64 string decodes to.
-
-    Ours, not JSON Schema's; ``bothy.validate_json`` reads it the same way. It
-    judges only strings of the form the schema's ``pattern`` allows (the SQL
-    validator checks the pattern first and stops there).
-    """
-    if not isinstance(instance, str):
-        return
-    pattern = schema.get("pattern")
-    if pattern is not None and not re.search(pattern, instance):
-        return
-    decoded = len(instance) // 4 * 3 - (len(instance) - len(instance.rstrip("=")))
-    if decoded > limit:
-        yield ValidationError(f"decodes to more than {limit} bytes")
-
-
-_Validator = validators.extend(Draft202012Validator, {"maxDecodedBytes": _max_decoded_bytes})
-"""Draft 2020-12 with ``maxDecodedBytes`` (schemas/events/envelope.published.json)."""
-
-
 class EventValidator:
-    """Validates events against ``schemas/events/*.json`` before they reach the database.
+    """Checks events against ``schemas/events/*.json`` before they reach the database.
 
-    ``bothy.append_event`` validates again with the same schemas (the outbox
-    path has no Python in front of it); a test keeps both in agreement.
-
-    Each schema is also compiled into a yes/no check
-    (:mod:`bothy_notify.store.fastcheck`) that answers a valid payload without
-    ``jsonschema``; only a payload it refuses is walked by ``jsonschema``, for
-    the error that names the field.
+    Each schema is compiled once into closures (:mod:`bothy_notify.store.eventcheck`)
+    that answer a valid payload cheaply and name the first bad field of another.
+    ``bothy.append_event`` checks again in SQL (the outbox path has no Python in
+    front of it) with a function generated from the same schemas
+    (:mod:`bothy_notify.store.eventsql`), in the same order and words.
     """
 
     def __init__(self, schemas: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-        schemas = schemas or load_event_schemas()
-        self._validators = {name: _Validator(schema) for name, schema in schemas.items()}
-        self._checks: dict[str, Check | None] = {
-            name: compile_check(schema, _Validator.TYPE_CHECKER) for name, schema in schemas.items()
+        schemas = load_event_schemas() if schemas is None else schemas
+        self._checks: dict[str, Check] = {
+            name: compile_schema(schema) for name, schema in schemas.items()
         }
 
     @property
     def types(self) -> frozenset[str]:
-        return frozenset(self._validators)
+        return frozenset(self._checks)
 
     def check(self, event_type: object, payload: object, where: str = "") -> None:
-        """Raise :class:`EventRejected` naming the first bad field."""
-        validator = self._validators.get(event_type) if isinstance(event_type, str) else None
-        if validator is None:
+        """Raise :class:`EventRejected` naming the first bad field (``where`` goes
+        before it: ``events[3].``)."""
+        check = self._checks.get(event_type) if isinstance(event_type, str) else None
+        if check is None:
             raise EventRejected(f"{where}type", "unknown event type")
-        fast = self._checks[event_type]  # type: ignore[index]  # a str: it has a validator
-        if fast is not None and fast(payload):
-            return
-        error = next(iter(sorted(validator.iter_errors(payload), key=_error_order)), None)
-        if error is not None:
-            raise EventRejected(f"{where}payload{_path(error)}", _problem(error))
-
-
-def _error_order(error: ValidationError) -> tuple[int, str]:
-    return (len(error.absolute_path), str(list(error.absolute_path)))
-
-
-def _path(error: ValidationError) -> str:
-    parts = ""
-    for part in error.absolute_path:
-        parts += f"[{part}]" if isinstance(part, int) else f".{part}"
-    if error.validator == "required":
-        missing = [
-            name
-            for name in error.validator_value
-            if isinstance(error.instance, dict) and name not in error.instance
-        ]
-        if missing:
-            parts += f".{missing[0]}"
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = error.schema.get("properties", {})
-        extra = sorted(k for k in error.instance if k not in allowed)
-        if extra and all(c.isalpha() or c == "_" for c in extra[0]) and len(extra[0]) <= 40:
-            parts += f".{extra[0]}"
-    return parts
-
-
-_PROBLEMS = {
-    "required": "required",
-    "additionalProperties": "unknown field",
-    "enum": "not one of the allowed values",
-    "pattern": "does not have the required form",
-    "minLength": "too short",
-    "maxLength": "too long",
-    "maxDecodedBytes": "too long",
-    "minimum": "too small",
-    "maximum": "too large",
-    "minItems": "too few items",
-    "maxItems": "too many items",
-}
-
-
-def _problem(error: ValidationError) -> str:
-    if error.validator == "type":
-        expected = error.validator_value
-        return {
-            "object": "expected an object",
-            "array": "expected an array",
-            "integer": "expected an integer",
-        }.get(expected, f"expected a {expected}")
-    return _PROBLEMS.get(str(error.validator), "invalid")
+        refusal = check(payload)
+        if refusal is not None:
+            raise EventRejected(refusal.field(f"{where}payload"), refusal.problem.value)
 
 
 def append(conn: Conn, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[int]:

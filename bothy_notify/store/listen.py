@@ -37,6 +37,12 @@ Rules:
   :class:`~bothy_notify.store.db.StoreError` only. A ``StoreError`` out of
   ``serve`` (the connection broke, a statement failed) reconnects; any other
   exception (a bug) ends :meth:`Listener.run` for its supervisor to restart.
+- **A silent server is noticed.** Every wait for the server's answer is
+  bounded by ``database.response_timeout``, and a connection that received
+  nothing for ``database.listen_check_interval`` sends an empty query (in the
+  same worker-thread wait): a frozen server, which keeps the socket open and
+  never answers, is taken for lost within the two, and the listener
+  reconnects (a multi-host URL: to whichever host now takes writes).
 - **Cancellation is seen at once.** A wait runs in a worker thread that polls
   the connection's socket and a wake-up pipe; cancelling the waiting task
   writes to the pipe (the thread's abort hook), so the wait returns without
@@ -67,7 +73,14 @@ import trio
 
 from bothy_notify.kernel.backoff import Backoff
 from bothy_notify.kernel.supervise import error_type
-from bothy_notify.store.db import Conn, StoreError, connect_dedicated, translated
+from bothy_notify.store.connection import (
+    DEFAULT_TIMEOUTS,
+    Conn,
+    DatabaseTimeouts,
+    StoreError,
+    connect_dedicated,
+    translated,
+)
 
 if TYPE_CHECKING:
     from outcome import Outcome
@@ -138,6 +151,7 @@ class Listener:
         catch_up: called after ``LISTEN`` on every connection, the first included,
             with the connection in hand: what the service may have missed. Not
             called for a service that never listens on a connection.
+        timeouts: the bounds of its connection's waits (``[database]``).
 
     Raises:
         ValueError: a channel name ``LISTEN`` would need quoted.
@@ -151,6 +165,7 @@ class Listener:
         name: str,
         reconnect: Backoff,
         catch_up: CatchUp | None = None,
+        timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         for channel in channels:
             if not _CHANNEL.fullmatch(channel):
@@ -160,6 +175,7 @@ class Listener:
         self.name = name
         self._reconnect = reconnect
         self._catch_up = catch_up
+        self._timeouts = timeouts
         self._limiter = trio.CapacityLimiter(1)
         self._task_status: trio.TaskStatus[None] | None = None
         self._wake: tuple[int, int] | None = None
@@ -214,7 +230,7 @@ class Listener:
                 listening: Listening | None = None
                 try:
                     conn, pid, fd = await trio.to_thread.run_sync(
-                        translated(_connect), self._url, limiter=self._limiter
+                        translated(_connect), self._url, self._timeouts, limiter=self._limiter
                     )
                     listening = self._listening = Listening(self, conn, pid, fd, read_end)
                     self._connections += 1
@@ -365,7 +381,13 @@ class Listening:
         self, fn: Callable[[Conn, list[Notification]], T], deadline: float | None
     ) -> T:
         """Blocking: the wait, then ``fn`` (see :meth:`wait_then`)."""
-        got = _wait_for_notifications(self._conn, self._poller, self._wake_fd, deadline)
+        got = _wait_for_notifications(
+            self._conn,
+            self._poller,
+            self._wake_fd,
+            deadline,
+            self._listener._timeouts.listen_check,
+        )
         if got is None:
             return _INTERRUPTED  # type: ignore[no-any-return]
         return fn(self._conn, got)
@@ -415,9 +437,9 @@ def delivering(on_notify: Callable[[list[Notification]], None]) -> Serve:
     return serve
 
 
-def _connect(url: str) -> tuple[Conn, int, int]:
+def _connect(url: str, timeouts: DatabaseTimeouts) -> tuple[Conn, int, int]:
     """Blocking: a dedicated connection, its server process id and its socket."""
-    conn = connect_dedicated(url)
+    conn = connect_dedicated(url, timeouts=timeouts)
     try:
         return conn, conn.info.backend_pid, conn.fileno()
     except BaseException:
@@ -436,31 +458,39 @@ def _notifications(_conn: Conn, got: list[Notification]) -> list[Notification]:
 
 
 def _wait_for_notifications(
-    conn: Conn, poller: select.poll, wake_fd: int, deadline: float | None
+    conn: Conn, poller: select.poll, wake_fd: int, deadline: float | None, check_every: float
 ) -> list[Notification] | None:
     """Blocking: the notifications received by ``deadline`` (``time.monotonic()``;
     ``None``: no limit), as soon as there is one; ``[]`` when the deadline passed;
     ``None`` when ``wake_fd`` became readable first (the waiting task was cancelled).
 
     Notifications that came in while the connection ran other statements are
-    already read (psycopg keeps them) and are returned at once.
+    already read (psycopg keeps them) and are returned at once. After
+    ``check_every`` seconds without a message from the server, an empty query
+    checks that it still answers (bounded by ``database.response_timeout``: a
+    frozen server raises, translated by the caller).
     """
+    check_at = time.monotonic() + check_every
     while True:
         got = [Notification(n.channel, n.payload) for n in conn.notifies(timeout=0)]
         if got:
             return got
-        if deadline is None:
-            ms = None
-        else:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return []
-            ms = math.ceil(remaining * 1000)
-        for fd, _ in poller.poll(ms):
+        now = time.monotonic()
+        if deadline is not None and deadline <= now:
+            return []
+        if check_at <= now:
+            conn.execute("")
+            check_at = time.monotonic() + check_every
+            continue
+        until = check_at if deadline is None else min(deadline, check_at)
+        ready = poller.poll(math.ceil((until - now) * 1000))
+        for fd, _ in ready:
             if fd == wake_fd:
                 return None
-        # The socket is readable (a notification, a message of another kind, or the
-        # end of the connection: the next read raises) or the time ran out.
+        if ready:
+            # The server said something (a notification, a message of another kind,
+            # or the end of the connection: the next read raises): it is alive.
+            check_at = time.monotonic() + check_every
 
 
 __all__ = [

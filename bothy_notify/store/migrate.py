@@ -3,10 +3,9 @@
 Files live in ``bothy_notify/store/migrations/NNNN_name.sql`` (package data, read
 through :mod:`importlib.resources`, so an installed wheel finds them). Each runs in its
 own transaction together with its row in ``bothy.schema_migrations``. A
-transaction-scoped advisory lock serialises nodes that start at once. After the
-migrations, the event schemas of ``schemas/events`` (package data, see
-:mod:`bothy_notify.resources`) are synchronised into ``bothy.event_types``, which
-``bothy.append_event`` validates against.
+transaction-scoped advisory lock serialises nodes that start at once. The event
+schemas of ``schemas/events`` reach the database as a migration too: the check
+of ``bothy.append_event`` is generated from them (:mod:`bothy_notify.store.eventsql`).
 """
 
 from __future__ import annotations
@@ -17,8 +16,6 @@ from dataclasses import dataclass
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from typing import Any
-
-from psycopg.types.json import Jsonb
 
 from bothy_notify import resources
 from bothy_notify.store.db import Conn
@@ -49,7 +46,7 @@ def load_event_schemas() -> dict[str, dict[str, Any]]:
 
 
 def migrate(conn: Conn, progress: Callable[[str], None] | None = None) -> MigrationResult:
-    """Apply every pending migration on ``conn`` (autocommit off) and sync event types."""
+    """Apply every pending migration on ``conn`` (autocommit off)."""
     applied: list[str] = []
     already: list[str] = []
     with conn.transaction():
@@ -71,10 +68,4 @@ def migrate(conn: Conn, progress: Callable[[str], None] | None = None) -> Migrat
             conn.execute(path.read_text(encoding="utf-8").encode())
             conn.execute("INSERT INTO bothy.schema_migrations (version) VALUES (%s)", (version,))
             applied.append(version)
-        for name, schema in load_event_schemas().items():
-            conn.execute(
-                "INSERT INTO bothy.event_types (type, schema) VALUES (%s, %s)"
-                " ON CONFLICT (type) DO UPDATE SET schema = EXCLUDED.schema",
-                (name, Jsonb(schema)),
-            )
     return MigrationResult(tuple(applied), tuple(already))

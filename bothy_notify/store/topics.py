@@ -362,8 +362,8 @@ instead of failing the round."""
 #            subscription holds for the envelope's epoch (its pads), if any. The
 #            envelope's fields (m) sit behind OFFSET 0: without the fence the planner
 #            flattens m and evaluates its regular expressions and base64 decoding
-#            once per delivery instead of once per envelope (a third of the
-#            statement's CPU at 100 subscribers a topic).
+#            once per delivery instead of once per envelope (a large share of the
+#            statement's CPU: bench/topics.py).
 #   x        the data of the page's envelopes that need the sender check, decoded once.
 #   decided  each delivery and whether it is the sender's own (HMAC over the pads).
 #   ins      one job per delivery that is not suppressed.

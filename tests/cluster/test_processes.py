@@ -20,9 +20,10 @@ from typing import Any
 import httpx
 import pytest
 import trio
-import trio_websocket
 import trustme
 
+from testkit.fakes.webhook import SIGNING_KEY, WebhookReceiver
+from testkit.ws import Closed
 from tests.cluster.live import (
     DELAY,
     GATEWAY_SEND,
@@ -39,7 +40,6 @@ from tests.faults.conftest import DaemonFactory
 from tests.gateway.client import GatewayClient, identify
 from tests.harness import device_token, ev
 from tests.procs import DaemonProcess
-from tests.push.webhook_receiver import SIGNING_KEY, WebhookReceiver
 
 pytestmark = pytest.mark.slow
 
@@ -391,19 +391,13 @@ class Desktop:
             for node in self.nodes:
                 if not node.alive() or node.gateway is None:
                     continue
-                # Bounded: a node in its last moments may still take the connection into
-                # its listen queue, and its exit then resets it before the upgrade's
-                # answer; trio-websocket's client handshake never ends then (its reader
-                # aborts without waking the handshake's waiter), as a real client's
-                # connect timeout would not let it hang either.
+                # Bounded, as a real client's connect timeout is: a node in its last
+                # moments may still take the connection into its listen queue and then
+                # reset it before the upgrade's answer.
                 with trio.move_on_after(CONNECT_TIMEOUT) as attempt:
                     try:
                         client = await GatewayClient.connect(nursery, node.gateway)
-                    except (
-                        OSError,
-                        trio_websocket.HandshakeError,
-                        trio_websocket.ConnectionClosed,
-                    ):
+                    except (OSError, Closed):
                         self.attempts.append("connect failed")
                         continue
                 if attempt.cancelled_caught:
@@ -411,7 +405,7 @@ class Desktop:
                     continue
                 try:
                     await identify(client, device_token(self.user, f"{self.user}-desktop", "macos"))
-                except trio_websocket.ConnectionClosed:
+                except Closed:
                     continue  # a stopping node said hello, then closed with 1001
                 except AssertionError:
                     # A node in its last moments of shutdown took the connection and

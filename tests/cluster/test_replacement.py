@@ -20,9 +20,10 @@ from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceEntry
 from bothy_notify.store import cluster
 from bothy_notify.store.db import Database, connect_dedicated
+from gateway.closes import REPLACED, Close
 from gateway.connection import Connection
 from gateway.hub import Hub
-from gateway.protocol import REPLACED, Close, Phase
+from gateway.protocol import Phase
 from gateway.revocations import RevocationListener, replaced_connection
 from gateway.shared_presence import SharedPresencePublisher
 from tests.cluster.support import connect, presence_rows, registry

@@ -19,8 +19,8 @@ from bothy_notify.notify import facts
 from bothy_notify.notify.facts import SharedPresence
 from bothy_notify.store import cluster
 from bothy_notify.store.db import Database
+from gateway.closes import REPLACED
 from gateway.hub import Hub
-from gateway.protocol import REPLACED
 from gateway.shared_presence import SharedPresencePublisher
 from tests.cluster.support import TIMEOUT, connect, presence_rows, registry, sql
 

@@ -1,8 +1,8 @@
 """A poison event in the middle of 1,000 good ones: 999 decided, 1 dead-lettered,
 no restart.
 
-The poison event has a type that a newer node's migration added (its schema is
-in ``bothy.event_types``, so the outbox accepts it) and that the running code
+The poison event has a type that a newer node's migration added (its check is
+in ``bothy.checked_event``, so the outbox accepts it) and that the running code
 does not know. The daemon, a real ``bothy-notify run`` process, must decide the
 other 999 events exactly (every phone push recorded once), set the poison one
 aside where ``bothy-notify events dead-letters`` shows it, count it in
@@ -34,6 +34,7 @@ from tests.faults.world import (
     wait_finished,
     wait_settled,
 )
+from tests.support.event_types import add_event_type
 
 pytestmark = pytest.mark.slow
 
@@ -44,10 +45,7 @@ POISON_AT = 500
 def add_future_type(url: str) -> None:
     """What a newer node's migration would do: a new event type the outbox accepts."""
     with psycopg.connect(url) as conn:
-        conn.execute(
-            "INSERT INTO bothy.event_types (type, schema)"
-            " VALUES ('future.thing', '{\"type\": \"object\"}') ON CONFLICT (type) DO NOTHING"
-        )
+        add_event_type(conn, "future.thing", {"type": "object"})
 
 
 def events_command(config_file: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,9 +1,16 @@
 """The frame filter without sockets: client bytes in, messages and control frames out.
 
 Properties, however the bytes are cut (byte by byte included):
-- the filter answers what wsproto's frame decoder answers on the same bytes,
-  for well-formed streams and for streams that break RFC 6455 anywhere (the
-  close code included);
+- the filter answers what wsproto's ``FrameProtocol`` (the server's side)
+  answers on the same bytes: the same messages, pings and close frame, and the
+  same code when the bytes break RFC 6455 (1002) or text is not UTF-8 (1007),
+  for well-formed streams, for any frame header (masked or not, every opcode,
+  RSV bits, 7/16/64-bit lengths and the 64-bit MSB), for text whose UTF-8 is
+  split across fragments or invalid anywhere, and for close payloads of every
+  length and code;
+- where the gateway differs on purpose, :data:`DIFFERENCES` says how and why
+  (docs/protocol.md, "WebSocket conformance", mirrors it), and a test pins
+  each;
 - only the frames of a message past the limit are skipped, and that is told
   once; control frames still come through;
 - past the token bucket the connection is told once and only the peer's
@@ -12,6 +19,7 @@ Properties, however the bytes are cut (byte by byte included):
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
@@ -29,12 +37,28 @@ from gateway.frames import (
     PingFrame,
     TokenBucket,
     close_frame,
-    frame,
     pong_frame,
     text_frame,
 )
 
 LIMIT = 300
+
+DIFFERENCES: dict[str, str] = {
+    "size limit": "a message over sync.max_frame_bytes is TOO_LARGE (the gateway closes "
+    "with 1009) and its frames are skipped unread; wsproto has no limit",
+    "token bucket": "frames past sync.ops_per_second/ops_burst are TOO_MANY (4029) and only "
+    "a close frame is told after them; wsproto counts nothing",
+    "close code 1014": "accepted (IANA's 'Bad Gateway', registered after RFC 6455); "
+    "wsproto 1.3 refuses it with 1002 (its CloseReason lacks 1014)",
+    "whole frames": "a data frame is passed on once whole, so text that is not UTF-8 inside "
+    "one frame fails when the frame is complete; wsproto hands out (and judges) a "
+    "frame's bytes as they arrive. Only a stream cut inside a frame tells them apart "
+    "(Autobahn 6.4.3 and 6.4.4: non-strict)",
+    "after a close frame": "the filter goes on reading after the peer's close frame (the "
+    "transport stops at it); wsproto reads nothing after it",
+}
+"""Where the filter deliberately differs from wsproto's decoder, and why. Both refuse
+unmasked client frames (1002): that is not a difference."""
 
 
 def client() -> FrameProtocol:
@@ -66,8 +90,7 @@ def oracle(data: bytes) -> list[Any]:
     server = FrameProtocol(client=False, extensions=[])
     server.receive_bytes(data)
     out: list[Any] = []
-    parts: list[bytes] = []
-    text = False
+    parts: list[Any] = []
     try:
         for f in server.received_frames():
             if f.opcode is Opcode.PING:
@@ -78,12 +101,10 @@ def oracle(data: bytes) -> list[Any]:
                 out.append(CloseFrame(int(code), reason))
                 break
             elif f.opcode is not Opcode.PONG:
-                if f.opcode is not Opcode.CONTINUATION:
-                    text = f.opcode is Opcode.TEXT
-                payload = f.payload
-                parts.append(payload.encode() if isinstance(payload, str) else bytes(payload))  # type: ignore[arg-type]
+                parts.append(f.payload)
                 if f.message_finished:
-                    out.append(Message(b"".join(parts), text))
+                    text = f.opcode is Opcode.TEXT
+                    out.append(Message("".join(parts) if text else b"".join(parts)))
                     parts = []
     except ParseFailed as exc:
         out.append(Broken(int(exc.code)))
@@ -143,14 +164,6 @@ def test_a_stream_fed_byte_by_byte_gives_the_same_events() -> None:
     data += bytes(client().close(4000, "done"))
 
     assert bytewise(data, FrameFilter(10**6)) == fed(data, []) == oracle(data)
-
-
-def test_a_text_message_that_is_not_utf8_is_passed_on_as_text_bytes() -> None:
-    """The gateway judges it (4003), not the framing (wsproto would close with 1007)."""
-    raw = frame(0x1, b"\xff\xfe")  # an unmasked frame: mask it by hand
-    masked = bytes([raw[0], 0x80 | raw[1]]) + b"\x00\x00\x00\x00" + raw[2:]
-
-    assert FrameFilter(LIMIT).feed(masked) == [Message(b"\xff\xfe", True)]
 
 
 # -- streams that break the framing -----------------------------------------------
@@ -235,6 +248,153 @@ def test_close_payloads_are_judged_as_wsproto_judges_them() -> None:
         assert fed(data, []) == oracle(data) == [event], payload
 
 
+close_codes = st.one_of(
+    st.integers(0, 65535),
+    st.sampled_from([999, 1000, 1004, 1005, 1006, 1012, 1013, 1015, 1016, 2999, 3000, 4999, 5000]),
+)
+reasons = st.one_of(
+    st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.binary(max_size=123),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(code=close_codes, reason=reasons, cuts=st.lists(st.integers(0, 200), max_size=4))
+def test_close_payloads_of_every_code_and_reason_are_judged_as_wsproto_judges_them(
+    code: int, reason: bytes, cuts: list[int]
+) -> None:
+    payload = (code.to_bytes(2, "big") + reason)[:125]
+    data = bytes([0x88, 0x80 | len(payload)]) + b"\x01\x02\x03\x04"
+    data += bytes(b ^ (1, 2, 3, 4)[i % 4] for i, b in enumerate(payload))
+
+    got = fed(data, cuts)
+
+    if code == 1014:  # DIFFERENCES["close code 1014"]
+        assert oracle(data) == [Broken(1002)]
+        assert got == [_close_of(payload)]
+    else:
+        assert got == oracle(data)
+
+
+def _close_of(payload: bytes) -> CloseFrame | Broken:
+    try:
+        return CloseFrame(int.from_bytes(payload[:2], "big"), payload[2:].decode())
+    except UnicodeDecodeError:
+        return Broken(1007)
+
+
+@settings(max_examples=100, deadline=None)
+@given(length=st.sampled_from([1, 2, 126, 127]), cuts=st.lists(st.integers(0, 200), max_size=3))
+def test_a_close_payload_of_one_byte_or_past_a_control_frame_is_refused_as_wsproto_does(
+    length: int, cuts: list[int]
+) -> None:
+    payload = (1000).to_bytes(2, "big") + b"r" * 200
+    if length < 126:
+        head = bytes([0x88, 0x80 | length])
+    else:
+        head = bytes([0x88, 0x80 | 126]) + length.to_bytes(2, "big")
+    data = bytes(client().send_data("before")) + head + b"\x00\x00\x00\x00" + payload[:length]
+
+    assert fed(data, cuts) == oracle(data)
+    assert oracle(data)[-1] == (CloseFrame(1000, "") if length == 2 else Broken(1002))
+
+
+utf8_texts = st.text(
+    st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=0, max_size=30
+)
+damage = st.sampled_from(
+    ["none", "truncated at the end", "lone continuation", "surrogate", "overlong", "ff", "f4 90"]
+)
+
+
+def damaged(text: str, how: str, at: int) -> bytes:
+    """``text`` as UTF-8, broken ``how`` (at byte ``at``, or at the end)."""
+    data = text.encode()
+    at = at % (len(data) + 1)
+    bad = {
+        "lone continuation": b"\x80",
+        "surrogate": b"\xed\xa0\x80",
+        "overlong": b"\xc0\xaf",
+        "ff": b"\xff",
+        "f4 90": b"\xf4\x90\x80\x80",
+    }
+    if how == "none":
+        return data
+    if how == "truncated at the end":
+        return data + "é€😀".encode()[: 1 + at % 6]  # a character cut short
+    return data[:at] + bad[how] + data[at:]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=utf8_texts,
+    how=damage,
+    at=st.integers(0, 200),
+    splits=st.lists(st.integers(0, 200), max_size=4),
+    ping_between=st.booleans(),
+    cuts=st.lists(st.integers(0, 10**6), max_size=6),
+)
+def test_text_split_anywhere_across_fragments_is_judged_as_wsproto_judges_it(
+    text: str, how: str, at: int, splits: list[int], ping_between: bool, cuts: list[int]
+) -> None:
+    """UTF-8 cut between fragments (inside a character too), valid or broken
+    anywhere, pings between the fragments: the same messages and the same 1007."""
+    payload = damaged(text, how, at)
+    bounds = sorted({s % (len(payload) + 1) for s in splits})
+    pieces = [payload[a:b] for a, b in zip([0, *bounds], [*bounds, len(payload)], strict=True)]
+    data = b""
+    for i, piece in enumerate(pieces):
+        last = i == len(pieces) - 1
+        data += raw_payload_frame(0x1 if i == 0 else 0x0, piece, fin=last)
+        if ping_between and not last:
+            data += bytes(client().ping(b"between"))
+    data += bytes(client().send_data("after")) + bytes(client().close(1000, "bye"))
+
+    assert until_close(fed(data, cuts)) == oracle(data)
+
+
+def raw_payload_frame(opcode: int, payload: bytes, *, fin: bool) -> bytes:
+    """A masked client frame of any payload (wsproto's encoder only takes valid text)."""
+    head = bytes([(0x80 if fin else 0) | opcode])
+    n = len(payload)
+    head += bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big")
+    return head + b"\x00\x00\x00\x00" + payload
+
+
+def test_invalid_text_inside_one_frame_fails_once_the_frame_is_whole() -> None:
+    """DIFFERENCES["whole frames"]: wsproto fails on the bytes it has; the filter waits
+    for the frame, then fails with the same code."""
+    data = raw_payload_frame(0x1, "κόσμε".encode() + b"\xf4\x90\x80\x80edited", fin=True)
+    filt = FrameFilter(LIMIT)
+
+    assert oracle(data[:-3]) == [Broken(1007)]
+    assert filt.feed(data[:-3]) == []
+    assert filt.feed(data[-3:]) == [Broken(1007)] == oracle(data)
+
+
+def test_invalid_text_in_a_fragment_fails_at_that_fragment_before_the_next() -> None:
+    """Fail-fast across fragments, as wsproto: a ping after the bad fragment is never told."""
+    data = raw_payload_frame(0x1, b"ok", fin=False) + raw_payload_frame(0x0, b"\xc0", fin=False)
+    data += bytes(client().ping(b"after"))
+
+    assert fed(data, []) == oracle(data) == [Broken(1007)]
+
+
+def test_the_filter_reads_on_after_a_close_frame_where_wsproto_stops() -> None:
+    """DIFFERENCES["after a close frame"]: the transport stops reading at the close."""
+    data = bytes(client().close(1000, "bye")) + bytes(client().ping(b"late"))
+
+    assert oracle(data) == [CloseFrame(1000, "bye")]
+    assert fed(data, []) == [CloseFrame(1000, "bye"), PingFrame(b"late")]
+
+
+def test_the_differences_are_the_ones_docs_protocol_lists() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text(encoding="utf-8")
+
+    for name in DIFFERENCES:
+        assert f"**{name}**" in doc, name
+
+
 def test_nothing_is_read_after_the_framing_broke() -> None:
     filt = FrameFilter(LIMIT)
     unmasked = bytes(FrameProtocol(client=False, extensions=[]).send_data("hi"))
@@ -264,7 +424,7 @@ def limited(messages: list[list[int]]) -> tuple[bytes, list[Inbound]]:
                     expected.append(TOO_LARGE)
                     told = True
             if i == len(sizes) - 1 and not over:
-                expected.append(Message(b"x" * total, False))
+                expected.append(Message(b"x" * total))
             sent += protocol.ping(b"p")
             expected.append(PingFrame(b"p"))
     return bytes(sent), expected
@@ -291,7 +451,7 @@ def test_a_message_exactly_at_the_limit_passes_and_one_byte_more_does_not() -> N
     at, _ = limited([[LIMIT]])
     over, _ = limited([[LIMIT + 1]])
 
-    assert FrameFilter(LIMIT).feed(at)[0] == Message(b"x" * LIMIT, False)
+    assert FrameFilter(LIMIT).feed(at)[0] == Message(b"x" * LIMIT)
     assert FrameFilter(LIMIT).feed(over)[0] is TOO_LARGE
 
 
@@ -329,8 +489,8 @@ def test_frames_past_the_bucket_are_told_once_and_only_a_close_comes_after() -> 
     events = filt.feed(PING_OP * 2 + ping + PING_OP + ping, now=0.0)
 
     assert events == [
-        Message(b'{"op":"ping"}', True),
-        Message(b'{"op":"ping"}', True),
+        Message('{"op":"ping"}'),
+        Message('{"op":"ping"}'),
         PingFrame(b"p"),
         TOO_MANY,
     ]
@@ -345,14 +505,14 @@ def test_every_fragment_and_control_frame_takes_a_token() -> None:
     data = bytes(protocol.send_data("a", fin=False)) + bytes(protocol.pong(b""))
     data += bytes(protocol.send_data("b", fin=False)) + bytes(protocol.send_data("c", fin=True))
 
-    assert filt.feed(data, now=0.0) == [Message(b"abc", True)]
+    assert filt.feed(data, now=0.0) == [Message("abc")]
     assert filt.feed(bytes(protocol.ping(b"")), now=0.0) == [TOO_MANY]
 
 
 def test_bytes_cut_mid_frame_take_one_token_per_frame() -> None:
     filt = FrameFilter(LIMIT, TokenBucket(rate=0.001, burst=2))
 
-    assert bytewise(PING_OP * 2, filt) == [Message(b'{"op":"ping"}', True)] * 2
+    assert bytewise(PING_OP * 2, filt) == [Message('{"op":"ping"}')] * 2
     assert filt.feed(PING_OP) == [TOO_MANY]
 
 

@@ -13,10 +13,11 @@ import trio
 from bothy_notify.auth import DeviceClaims
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceEntry
+from gateway.closes import REPLACED
 from gateway.connection import Connection, Outbound
 from gateway.hub import Hub
 from gateway.presence import HubPresence
-from gateway.protocol import REPLACED, Phase
+from gateway.protocol import Phase
 
 
 def make_hub(queue_max: int = 4) -> tuple[Hub, HubPresence]:

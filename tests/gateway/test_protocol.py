@@ -6,14 +6,16 @@ import json
 
 import pytest
 
-from gateway.errors import ProtocolViolation
-from gateway.protocol import (
+from gateway.closes import (
     ALREADY_IDENTIFIED,
     BAD_FOCUS,
     BAD_READ,
     MALFORMED,
     NOT_IDENTIFIED,
     UNKNOWN_OP,
+)
+from gateway.errors import ProtocolViolation
+from gateway.protocol import (
     Focus,
     Identify,
     Phase,

@@ -1,6 +1,6 @@
-"""Hostile gateway input gets a constant close, 4003 for a frame and 4001 for a token,
-never 1006 and never an effect; a live client of another person keeps working
-throughout (SPEC sections 8 and 14)."""
+"""Hostile gateway input gets a constant close, 4003 for a frame (1007 for text that is
+not UTF-8) and 4001 for a token, never 1006 and never an effect; a live client of another
+person keeps working throughout (SPEC sections 8 and 14)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from typing import Any
 
 import trio
 
+from testkit.ws import OPCODE_BINARY, client_frame
 from tests.gateway.client import GatewayClient, connect_live, gateway_address
-from tests.gateway.rawclient import RawClient
 from tests.gateway.world import message, start
 from tests.harness import Launch, Node, device_token
 from tests.hostile.tokens import malformed_device_tokens
-from tests.hostile.wsframes import OPCODE_BINARY, client_frame
 
 MALFORMED = "malformed frame"
+INVALID_TEXT = "invalid utf-8"
+"""RFC 6455's 1007: a text frame that is not UTF-8 never reaches the protocol."""
 DEEP = '{"op":"ping","d":' + "[" * 20_000 + "]" * 20_000 + "}"
 """Far deeper than Python's parser goes, within ``sync.max_frame_bytes``."""
 
@@ -112,10 +113,10 @@ LIVE_CASES: list[tuple[str, bytes, str]] = [
     ("seq past 2^53 - 1", frame(op="read", d={"thread_id": "t1", "seq": 2**53}), "invalid read"),
     ("seq negative", frame(op="read", d={"thread_id": "t1", "seq": -1}), "invalid read"),
     ("nested too deep", DEEP.encode(), MALFORMED),
-    ("invalid UTF-8", b'{"op":"ping","d":"\xff\xfe"}', MALFORMED),
-    ("a surrogate in UTF-8", b'{"op":"ping","d":"\xed\xa0\x80"}', MALFORMED),
-    ("an overlong encoding", b'{"op":"ping","d":"\xc0\xaf"}', MALFORMED),
-    ("truncated UTF-8", b'{"op":"ping","d":"\xe2\x82"}', MALFORMED),
+    ("invalid UTF-8", b'{"op":"ping","d":"\xff\xfe"}', INVALID_TEXT),
+    ("a surrogate in UTF-8", b'{"op":"ping","d":"\xed\xa0\x80"}', INVALID_TEXT),
+    ("an overlong encoding", b'{"op":"ping","d":"\xc0\xaf"}', INVALID_TEXT),
+    ("truncated UTF-8", b'{"op":"ping","d":"\xe2\x82"}', INVALID_TEXT),
     ("identify again", frame(op="identify", d={"token": "x"}), "already identified"),
     *ops_with_every_wrong_type(),
 ]
@@ -126,7 +127,7 @@ ODD_TOKENS: tuple[Any, ...] = (None, 1, 1.5, True, [], {})
 UNIDENTIFIED_CASES: list[tuple[str, bytes, str]] = [
     ("not JSON", b"{not json", MALFORMED),
     ("nested too deep", DEEP.encode(), MALFORMED),
-    ("invalid UTF-8", b'{"op":"identify","d":{"token":"\xff"}}', MALFORMED),
+    ("invalid UTF-8", b'{"op":"identify","d":{"token":"\xff"}}', INVALID_TEXT),
     ("token named twice", b'{"op":"identify","d":{"token":"a","token":"b"}}', MALFORMED),
     ("identify without d", frame(op="identify"), MALFORMED),
     *[(f"identify d {v!r}", frame(op="identify", d=v), MALFORMED) for v in ODD_D],
@@ -158,42 +159,46 @@ async def bystander_still_works(node: Node, client: GatewayClient, seq: int) -> 
     assert hint["payload"]["message_id"] == f"m{seq}"
 
 
-async def closed_by(raw: RawClient) -> tuple[int | None, str | None]:
+def code_of(reason: str) -> int:
+    return 1007 if reason == INVALID_TEXT else 4003
+
+
+async def closed_by(raw: GatewayClient) -> tuple[int | None, str | None]:
     with trio.fail_after(10):
         await raw.read_until(lambda f: False)
     return raw.close_code, raw.close_reason
 
 
-async def test_every_malformed_frame_of_a_live_connection_closes_it_with_4003(
+async def test_every_malformed_frame_of_a_live_connection_closes_it_with_its_code(
     launch: Launch, nursery: trio.Nursery
 ) -> None:
     node = await start(launch)
     alex = await bystander(nursery, node)
     token = device_token("sam", "sam-desktop", "macos")
     for name, payload, reason in LIVE_CASES:
-        raw = await RawClient.connect(gateway_address(node))
+        raw = await GatewayClient.open(gateway_address(node), receive_buffer=4096)
         try:
-            await raw.send({"op": "identify", "d": {"token": token}})
+            await raw.send("identify", {"token": token})
             assert await raw.read_until(lambda f: f.get("op") == "catchup.complete")
             await raw.stream.send_all(client_frame(payload))
-            assert await closed_by(raw) == (4003, reason), name
+            assert await closed_by(raw) == (code_of(reason), reason), name
         finally:
             await raw.aclose()
     assert await node.sql("SELECT count(*) FROM bothy.read_states") == [(0,)]
     await bystander_still_works(node, alex, 1)
 
 
-async def test_every_malformed_frame_before_identify_closes_with_4003(
+async def test_every_malformed_frame_before_identify_closes_with_its_code(
     launch: Launch, nursery: trio.Nursery
 ) -> None:
     node = await start(launch)
     alex = await bystander(nursery, node)
     for name, payload, reason in UNIDENTIFIED_CASES:
-        raw = await RawClient.connect(gateway_address(node))
+        raw = await GatewayClient.open(gateway_address(node), receive_buffer=4096)
         try:
             assert await raw.wait_hello()
             await raw.stream.send_all(client_frame(payload))
-            assert await closed_by(raw) == (4003, reason), name
+            assert await closed_by(raw) == (code_of(reason), reason), name
         finally:
             await raw.aclose()
     await bystander_still_works(node, alex, 1)
@@ -205,11 +210,11 @@ async def test_a_binary_frame_closes_with_4003_in_every_phase(
     node = await start(launch)
     alex = await bystander(nursery, node)
     for identified in (False, True):
-        raw = await RawClient.connect(gateway_address(node))
+        raw = await GatewayClient.open(gateway_address(node), receive_buffer=4096)
         try:
             if identified:
                 token = device_token("sam", "sam-desktop", "macos")
-                await raw.send({"op": "identify", "d": {"token": token}})
+                await raw.send("identify", {"token": token})
                 assert await raw.read_until(lambda f: f.get("op") == "catchup.complete")
             await raw.stream.send_all(client_frame(b'{"op":"ping"}', opcode=OPCODE_BINARY))
             assert await closed_by(raw) == (4003, MALFORMED)

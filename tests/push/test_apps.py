@@ -26,9 +26,9 @@ from bothy_notify.push.apns import ApnsProvider
 from bothy_notify.push.fake import FakeProvider
 from bothy_notify.push.webpush import generate_vapid_key
 from bothy_notify.store import registrations as regs
+from testkit.fakes.apns import FakeApns
+from testkit.fakes.fcm import PROJECT, FakeFcm
 from tests.harness import Launch, Node, device_token, make_config, wait_for
-from tests.push.fake_apns import FakeApns
-from tests.push.fake_fcm import PROJECT, FakeFcm
 from tests.push.test_delivery import message, people
 from tests.support.threaded import served_in_a_thread
 
@@ -102,7 +102,7 @@ def test_a_block_without_apps_is_one_default_app_as_before(
         ({BETA: {"team_id": ""}}, f"push.apns.apps.{BETA}.team_id: required key is missing"),
         ({BETA: {"bundle_id": "nodots"}}, f"push.apns.apps.{BETA}.bundle_id: expected a bundle"),
         ({BETA: {"colour": "red"}}, f"push.apns.apps.{BETA}.colour: unknown key"),
-        ({"bad app!": {}}, "push.apns.apps: an app id is 1 to 128"),
+        ({"bad app!": {}}, "push.apns.apps: each key must match"),
     ],
 )
 def test_a_bad_app_fails_startup_naming_the_app_and_the_key(

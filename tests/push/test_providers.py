@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bothy_notify.config import PushConfig, load_config_text
+from bothy_notify.config import ConfigError, PushConfig, load_config_text
 from bothy_notify.push import providers as table
 from bothy_notify.push.fake import FakeProvider
 from bothy_notify.push.registry import Providers
@@ -87,3 +87,58 @@ def test_check_lists_the_secrets_it_could_not_read_and_names_each_bad_key() -> N
 def test_a_provider_outside_the_table_gets_a_plain_token_entry() -> None:
     entry = table.entry("stall")
     assert entry.name == "stall" and entry.token_max == 4096 and entry.moves
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        (
+            '[push.webhook]\nallowed_domains = ["*.example.org", "*.org."]',
+            "push.webhook.allowed_domains: each entry is a host or *.suffix",
+        ),
+        (
+            '[push.webpush]\nvapid_private_key = "env:V"\nsubject = "mailto:a@b.example"\n'
+            'allowed_endpoints = ["*"]',
+            "push.webpush.allowed_endpoints: each entry is a host or *.suffix",
+        ),
+        (
+            '[push.webpush]\nvapid_private_key = "env:V"\nsubject = "http://ops.example"',
+            "push.webpush.subject: expected mailto:address or an https:// URL",
+        ),
+        (
+            '[push.webpush]\nvapid_private_key = "env:V"\nsubject = "mailto:a@b.example"\n'
+            '[push.webpush.apps.beta]\nsubject = "ops"',
+            "push.webpush.apps.beta.subject: expected mailto:address or an https:// URL",
+        ),
+    ],
+)
+def test_a_providers_own_rules_are_checked_by_its_prepare_naming_the_key(
+    block: str, message: str
+) -> None:
+    pem, _public = generate_vapid_key()
+    config = load_config_text(block, env={"V": pem})  # the loader knows the keys only
+    with pytest.raises(ConfigError) as caught:
+        table.check(config.push)
+    assert message in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        table.build(config.push, dev=False)
+    assert message in str(caught.value)
+
+
+def test_only_the_key_table_of_the_configuration_names_a_provider() -> None:
+    # A provider's rules live in its prepare: the loader, the overrides and the schema
+    # name no provider and no provider's block (the package re-exports the blocks).
+    def names_a_provider(text: str) -> bool:
+        return any(
+            f'"{name}"' in text
+            or f"{name}settings" in text.lower()
+            or f"{name}config" in text.lower()
+            for name in table.PROVIDER_NAMES
+        )
+
+    naming = sorted(
+        path.name
+        for path in (PACKAGE / "config").glob("*.py")
+        if names_a_provider(path.read_text())
+    )
+    assert naming == ["__init__.py", "keys.py"]

@@ -14,16 +14,16 @@ import trustme
 from bothy_notify.config import ApnsStyle
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.apns import ApnsCredentials, ApnsProvider
-from bothy_notify.push.fcm import FcmProvider, GoogleAccessTokens, load_service_account
+from bothy_notify.push.fcm import FcmProvider
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webhook import WebhookProvider
 from bothy_notify.topics.model import b64
+from testkit.fakes.apns import Answer, FakeApns
+from testkit.fakes.fcm import FakeFcm, FcmAnswer, error_body
+from testkit.fakes.webhook import HOST, SIGNING_KEY, WebhookReceiver
 from tests.harness import Launch, Node, make_config
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
-from tests.push.fake_apns import Answer, FakeApns
-from tests.push.fake_fcm import FakeFcm, FcmAnswer, error_body
-from tests.push.webhook_receiver import HOST, SIGNING_KEY, WebhookReceiver
 from tests.topics.helpers import Recipient, add, conversation, envelope, register, subscribe
 
 APNS_TOKEN = "cd" * 32
@@ -43,14 +43,7 @@ def apns(fake: FakeApns, key: ApnsKey, ca_file: str, clock: FakeClock, **kw: Any
 
 
 def fcm(fake: FakeFcm, ca_file: str, clock: FakeClock) -> FcmProvider:
-    account = load_service_account(fake.service_account())
-    return FcmProvider(
-        project_id=account.project_id,
-        tokens=GoogleAccessTokens(account, clock=clock, ca_file=ca_file),
-        clock=clock,
-        endpoint=fake.url,
-        ca_file=ca_file,
-    )
+    return fake.provider(ca_file, clock)
 
 
 @pytest.fixture

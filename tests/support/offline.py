@@ -10,6 +10,7 @@ from starlette.applications import Starlette
 from bothy_notify.api.app import build_app
 from bothy_notify.api.context import ApiContext
 from bothy_notify.auth import TokenVerifier
+from bothy_notify.config import LiveConfig
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.store.db import Database
@@ -23,7 +24,7 @@ def offline_context() -> ApiContext:
     return ApiContext(
         db=Database("postgresql://unused.invalid/none"),
         verifier=TokenVerifier(config.auth),
-        config=config,
+        live_config=LiveConfig(config),
         clock=FakeClock(),
         metrics=Metrics(),
         validator=EventValidator(),

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from bothy_notify.config import Level
+from bothy_notify.kernel.results import SkipReason
 from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify.domain.model import (
     DESKTOP_PLATFORMS,
@@ -47,11 +47,11 @@ from bothy_notify.notify.domain.model import (
     RecipientFacts,
     Route,
     Skip,
-    SkipReason,
     Via,
     Window,
 )
 from bothy_notify.notify.domain.window import fold_into, open_window
+from bothy_notify.vocabulary import Level
 
 _MESSAGE_KINDS = frozenset({Kind.MESSAGE.value, Kind.MENTION.value})
 _ZERO = timedelta(0)

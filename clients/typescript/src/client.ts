@@ -13,7 +13,7 @@
  * | 4001 auth / token expired    | asks `getToken()` again; stops (`auth`) after 3 in a row |
  * | 4010 revoked or deactivated  | stops (`revoked`)                                       |
  * | 4017 replaced                | stops (`replaced`): another connection of this device took over |
- * | 4003 protocol error          | stops (`protocol`): a bug that reconnecting cannot fix  |
+ * | 4003 protocol error; 1002, 1007, 1009 (broken framing, text not UTF-8, a message over `sync.max_frame_bytes`) | stops (`protocol`): a bug that reconnecting cannot fix |
  * | 1001, 4008, 4009, 4014, 4029, network errors, anything else | reconnects with backoff |
  *
  * No runtime dependency: in a browser it uses the global `WebSocket`; in Node
@@ -86,7 +86,7 @@ export type StopReason =
   | "revoked"
   /** A newer connection of the same device took over (4017). */
   | "replaced"
-  /** The gateway refused a frame of this client (4003): a bug, not a network problem. */
+  /** The gateway refused a frame of this client (4003, 1002, 1007, 1009): a bug, not a network problem. */
   | "protocol";
 
 export type ClientState =
@@ -610,6 +610,9 @@ export class BothyClient {
         this.halt({ state: "stopped", reason: "replaced", code }, undefined);
         return;
       case CloseCode.PROTOCOL:
+      case CloseCode.FRAMING:
+      case CloseCode.INVALID_TEXT:
+      case CloseCode.TOO_BIG:
         this.halt({ state: "stopped", reason: "protocol", code }, undefined);
         return;
       default:

@@ -106,6 +106,10 @@ export type ServerFrame =
 /** Close codes of the gateway (docs/protocol.md, "Close codes"). */
 export const CloseCode = {
   SHUTTING_DOWN: 1001,
+  /** RFC 6455's codes for what breaks the WebSocket layer: framing, text not UTF-8, a message too big. */
+  FRAMING: 1002,
+  INVALID_TEXT: 1007,
+  TOO_BIG: 1009,
   AUTH: 4001,
   PROTOCOL: 4003,
   TOO_MANY: 4008,

@@ -139,6 +139,9 @@ describe("close codes", () => {
     [4010, "revoked"],
     [4017, "replaced"],
     [4003, "protocol"],
+    [1002, "protocol"],
+    [1007, "protocol"],
+    [1009, "protocol"],
   ] as const) {
     it(`${code} stops with reason ${reason} and never reconnects`, async () => {
       const r = rig();
