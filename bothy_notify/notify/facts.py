@@ -125,6 +125,20 @@ _FOLLOWS = (
     "  WHERE f.thread_id = k.id) f"
     " WHERE f.levels IS NOT NULL"
 )
+# The people with read access to each thread (a membership names the thread, its
+# channel or its space), as one JSON text {thread: [user, ...]}: per thread by its
+# key, each scope's members by the members key (a space has thousands: no scan).
+# Read for a group mention's audience, and for candidates when notify.default_level
+# is "all". The aggregate fences each thread's read from being flattened into a join.
+_THREAD_MEMBERS = (
+    "SELECT coalesce(json_object_agg(k.id, m.users), '{}')::text"
+    f" FROM {_KEYS} AS k(id) CROSS JOIN LATERAL ("
+    "  SELECT json_agg(DISTINCT m.user_id) AS users FROM bothy.threads t"
+    "  CROSS JOIN unnest(ARRAY[t.thread_id, t.channel_id, t.space_id]) AS s(id)"
+    "  JOIN bothy.members m ON m.scope_id = s.id"
+    "  WHERE t.thread_id = k.id) m"
+    " WHERE m.users IS NOT NULL"
+)
 # Read access: the memberships of the group's people in the scopes (thread, channel,
 # space) of the group's threads; a person may read a thread when one of them names
 # one of its scopes. Read per person (usually a few rows each, however many threads),
@@ -285,16 +299,37 @@ def send_follow_rows(
     return lambda: _follows(cursor.fetchall())
 
 
-def members_of_scopes(conn: Conn, scope_ids: Collection[str]) -> dict[str, set[str]]:
-    """scope -> members; used when ``notify.default_level`` is ``all``."""
-    out: dict[str, set[str]] = defaultdict(set)
-    if scope_ids:
-        for scope_id, user_id in conn.execute(
-            "SELECT scope_id, user_id FROM bothy.members WHERE scope_id = ANY(%s)",
-            (list(scope_ids),),
-        ).fetchall():
-            out[scope_id].add(user_id)
-    return out
+def thread_members(conn: Conn, thread_ids: Collection[str]) -> dict[str, list[str]]:
+    """thread -> the people with read access to it now (a membership names the thread,
+    its channel or its space); a thread without any is absent."""
+    return send_thread_members(conn, thread_ids)()
+
+
+def send_thread_members(
+    conn: Conn, thread_ids: Collection[str]
+) -> Callable[[], dict[str, list[str]]]:
+    """:func:`thread_members` in two steps, as :func:`send_follow_rows`."""
+    if not thread_ids:
+        return dict
+    cursor = conn.execute(_THREAD_MEMBERS, (_keys(thread_ids),))
+
+    def answer() -> dict[str, list[str]]:
+        rows = cursor.fetchall()
+        found: dict[str, list[str]] = orjson.loads(rows[0][0])
+        return found
+
+    return answer
+
+
+def shared_presence(
+    conn: Conn, users: Collection[str], since: datetime
+) -> dict[str, tuple[PresenceEntry, ...]]:
+    """The cluster's presence of ``users`` (:class:`SharedPresence`) from nodes live
+    since ``since``, outside a group read: the same statement and rules as
+    :func:`load_group`'s."""
+    if not users:
+        return {}
+    return _presence(conn.execute(_PRESENCE, (_keys(users), since)).fetchall())[0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,13 @@ a burst of reads sends one push. The job takes the flag back when it runs
 (:func:`take_pending`) and reads the position then, so its push carries the
 newest; its delivery removes the mark unless a newer push marked it again
 (:func:`remove_many`). Marks go with their registration (``ON DELETE CASCADE``).
+
+A deleted message (issue 33) queues one ``notify.push_removed`` per marked active
+registration of the thread, whoever's, with none pending (:func:`queue_removals`;
+``removed_pending`` keeps a burst of deletions to one push); the job takes the flag
+back when it runs (:func:`take_removed_pending`) and sends a ``removed`` push, or
+the ``read`` clear when nothing of the thread is left unread for the person (whose
+delivery removes the mark as a clear's does).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from bothy_notify.store.db import Conn
 from bothy_notify.store.jobs import JobSpec, JobWriter
 
 PUSH_CLEAR = "notify.push_clear"
+PUSH_REMOVED = "notify.push_removed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +103,54 @@ def queue_clears(
             )
         )
     return writer.finish()
+
+
+def queue_removals(conn: Conn, thread_id: str, clearing: Clearing) -> int:
+    """Queue one ``notify.push_removed`` per marked active registration of the thread
+    (anyone's) with none pending, ``push.clear_delay`` from now; returns how many."""
+    rows = conn.execute(
+        "UPDATE bothy.push_marks m SET removed_pending = true FROM bothy.push_registrations r"
+        " WHERE m.thread_id = %s AND NOT m.removed_pending"
+        " AND r.id = m.registration_id AND r.invalidated_at IS NULL"
+        " RETURNING m.registration_id, m.user_id",
+        (thread_id,),
+    ).fetchall()
+    if not rows:
+        return 0
+    writer = JobWriter(conn, clearing.now)
+    at = clearing.now + clearing.delay
+    for registration_id, user_id in rows:
+        writer.add(
+            JobSpec(
+                kind=PUSH_REMOVED,
+                args={
+                    "user_id": str(user_id),
+                    "registration_id": str(registration_id),
+                    "thread_id": thread_id,
+                },
+                scheduled_at=at,
+                max_attempts=clearing.max_attempts,
+            )
+        )
+    return writer.finish()
+
+
+def take_removed_pending(
+    conn: Conn, keys: Collection[tuple[str, str]]
+) -> dict[tuple[str, str], datetime]:
+    """For (registration_id, thread_id) keys: each existing mark's ``marked_at``, its
+    ``removed_pending`` flag taken back (a deletion from now on queues another)."""
+    if not keys:
+        return {}
+    keys = list(keys)
+    rows = conn.execute(
+        "UPDATE bothy.push_marks m SET removed_pending = false"
+        " FROM unnest(%s::text[], %s::text[]) AS k(registration_id, thread_id)"
+        " WHERE m.registration_id = k.registration_id AND m.thread_id = k.thread_id"
+        " RETURNING m.registration_id, m.thread_id, m.marked_at",
+        ([k[0] for k in keys], [k[1] for k in keys]),
+    ).fetchall()
+    return {(str(r[0]), str(r[1])): r[2] for r in rows}
 
 
 def take_pending(conn: Conn, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], datetime]:
