@@ -127,7 +127,8 @@ _FOLLOWS = (
 )
 # The people with read access to each thread (a membership names the thread, its
 # channel or its space), as one JSON text {thread: [user, ...]}: per thread by its
-# key, each scope's members by the members key (a space has thousands: no scan).
+# key, each scope's members by the members key (a space has thousands: no scan), in
+# a fenced LATERAL per scope.
 # Read for a group mention's audience, and for candidates when notify.default_level
 # is "all". The aggregate fences each thread's read from being flattened into a join.
 _THREAD_MEMBERS = (
@@ -135,7 +136,8 @@ _THREAD_MEMBERS = (
     f" FROM {_KEYS} AS k(id) CROSS JOIN LATERAL ("
     "  SELECT json_agg(DISTINCT m.user_id) AS users FROM bothy.threads t"
     "  CROSS JOIN unnest(ARRAY[t.thread_id, t.channel_id, t.space_id]) AS s(id)"
-    "  JOIN bothy.members m ON m.scope_id = s.id"
+    "  CROSS JOIN LATERAL (SELECT m.user_id FROM bothy.members m"
+    "   WHERE m.scope_id = s.id OFFSET 0) m"
     "  WHERE t.thread_id = k.id) m"
     " WHERE m.users IS NOT NULL"
 )

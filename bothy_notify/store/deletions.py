@@ -71,15 +71,16 @@ def record(conn: Conn, p: Mapping[str, Any], now: datetime) -> ThreadPlace | Non
 
 def deleted_among(conn: Conn, keys: Collection[tuple[str, str]]) -> set[tuple[str, str]]:
     """The (thread_id, message_id) pairs of ``keys`` that were deleted (one statement,
-    each pair by its key)."""
+    each pair by its key in a fenced LATERAL: see :mod:`bothy_notify.notify.facts`
+    on the forms)."""
     if not keys:
         return set()
     pairs = list(keys)
     rows = conn.execute(
         "SELECT k.t, k.m FROM ROWS FROM (json_array_elements_text(%s::json),"
         " json_array_elements_text(%s::json)) AS k(t, m)"
-        " WHERE EXISTS (SELECT 1 FROM bothy.deleted_messages d"
-        "  WHERE d.thread_id = k.t AND d.message_id = k.m)",
+        " CROSS JOIN LATERAL (SELECT 1 FROM bothy.deleted_messages d"
+        "  WHERE d.thread_id = k.t AND d.message_id = k.m OFFSET 0) d",
         (json.dumps([k[0] for k in pairs]), json.dumps([k[1] for k in pairs])),
     ).fetchall()
     return {(str(r[0]), str(r[1])) for r in rows}

@@ -22,6 +22,7 @@ delivery removes the mark as a clear's does).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -108,12 +109,18 @@ def queue_clears(
 def queue_removals(conn: Conn, thread_id: str, clearing: Clearing) -> int:
     """Queue one ``notify.push_removed`` per marked active registration of the thread
     (anyone's) with none pending, ``push.clear_delay`` from now; returns how many."""
+    # A popular thread has marks of thousands of registrations: each is reached by its
+    # key from the thread's marks (fenced), never by a join the planner could make a
+    # scan of the whole registrations table.
     rows = conn.execute(
-        "UPDATE bothy.push_marks m SET removed_pending = true FROM bothy.push_registrations r"
-        " WHERE m.thread_id = %s AND NOT m.removed_pending"
-        " AND r.id = m.registration_id AND r.invalidated_at IS NULL"
+        "WITH marked AS (SELECT m.registration_id FROM bothy.push_marks m"
+        "  CROSS JOIN LATERAL (SELECT 1 FROM bothy.push_registrations r"
+        "   WHERE r.id = m.registration_id AND r.invalidated_at IS NULL OFFSET 0) r"
+        "  WHERE m.thread_id = %(thread)s AND NOT m.removed_pending)"
+        " UPDATE bothy.push_marks m SET removed_pending = true FROM marked k"
+        " WHERE m.registration_id = k.registration_id AND m.thread_id = %(thread)s"
         " RETURNING m.registration_id, m.user_id",
-        (thread_id,),
+        {"thread": thread_id},
     ).fetchall()
     if not rows:
         return 0
@@ -143,12 +150,17 @@ def take_removed_pending(
     if not keys:
         return {}
     keys = list(keys)
+    # The marks by their key (``= ANY``: one index descent per key, whatever the count;
+    # joined to the pairs as a table the planner scanned the marks whole).
+    registrations = json.dumps([k[0] for k in keys])
     rows = conn.execute(
         "UPDATE bothy.push_marks m SET removed_pending = false"
-        " FROM unnest(%s::text[], %s::text[]) AS k(registration_id, thread_id)"
-        " WHERE m.registration_id = k.registration_id AND m.thread_id = k.thread_id"
+        " FROM ROWS FROM (json_array_elements_text(%(r)s::json),"
+        "  json_array_elements_text(%(t)s::json)) AS k(registration_id, thread_id)"
+        " WHERE m.registration_id = ANY(ARRAY(SELECT json_array_elements_text(%(r)s::json)))"
+        " AND m.registration_id = k.registration_id AND m.thread_id = k.thread_id"
         " RETURNING m.registration_id, m.thread_id, m.marked_at",
-        ([k[0] for k in keys], [k[1] for k in keys]),
+        {"r": registrations, "t": json.dumps([k[1] for k in keys])},
     ).fetchall()
     return {(str(r[0]), str(r[1])): r[2] for r in rows}
 

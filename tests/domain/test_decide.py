@@ -105,6 +105,18 @@ SKIP_TABLE = [
     ),
     ("read at the message", msg(5), facts(read_position=5), SkipReason.READ),
     ("read past the message", msg(5), facts(read_position=9), SkipReason.READ),
+    (
+        "an edit's mention with mentions off never falls back to a message",
+        msg(kind="mention", mentions=frozenset({"alex"}), mention_only=True),
+        facts(categories_off=frozenset({"mentions"})),
+        SkipReason.PREFERENCE,
+    ),
+    (
+        "an edit's mention at level none",
+        msg(kind="mention", mentions=frozenset({"alex"}), mention_only=True),
+        facts(level=Level.NONE),
+        SkipReason.PREFERENCE,
+    ),
     ("no devices at all", msg(), facts(devices=()), SkipReason.NO_REGISTRATION),
     ("device without registration", msg(), facts(devices=(BARE,)), SkipReason.NO_REGISTRATION),
 ]
@@ -134,6 +146,13 @@ def test_mention_wins_over_message_for_a_mentioned_recipient() -> None:
         msg(mentions=frozenset({"alex"})), facts(level=Level.MENTIONS), POLICY, now=NOW
     )
     assert isinstance(decision, Delivery) and decision.kind == "mention"
+
+
+def test_an_edits_mention_is_a_mention_at_level_mentions() -> None:
+    hint = msg(kind="mention", mentions=frozenset({"alex"}), mention_only=True)
+    decision = decide(hint, facts(level=Level.MENTIONS), POLICY, now=NOW)
+    assert isinstance(decision, Delivery) and decision.kind == "mention"
+    assert decision.category == "mentions" and not decision.quiet
 
 
 def test_mentions_off_but_level_all_falls_back_to_message() -> None:
