@@ -136,3 +136,22 @@ async def test_a_deletion_is_kept_as_ids_a_sequence_and_a_time(launch: Launch) -
     assert rows == [("t1", "m1", 1)]
     ((deleted_at,),) = await node.sql("SELECT deleted_at FROM bothy.threads")
     assert deleted_at == node.clock.now()
+
+
+async def test_the_sweep_forgets_a_deletion_once_no_job_of_its_message_can_wait(
+    launch: Launch,
+) -> None:
+    node = await launch()  # push.max_age 1h, coalescing off
+    await world(node)
+    await node.append(written(1), deleted(1))
+    await node.settle()
+    housekeeper = node.daemon.housekeeper
+    assert housekeeper is not None
+
+    node.clock.advance(3599)
+    assert (await housekeeper.sweep_now()).deletions_pruned == 0
+    node.clock.advance(2)
+    assert (await housekeeper.sweep_now()).deletions_pruned == 1
+
+    assert await node.sql("SELECT * FROM bothy.deleted_messages") == []
+    assert await node.sql("SELECT deleted_at FROM bothy.threads") == [(None,)]

@@ -343,7 +343,7 @@ class NotifyConfig:
         default_factory=dict,
         metadata=_meta(
             "urgency (low, normal, high) by kind code, over the defaults: security and"
-            " mention high, read and summary low, every other kind normal",
+            " mention high, read, removed and summary low, every other kind normal",
         ),
     )
 

@@ -48,6 +48,7 @@ SKIP_REASONS = (
     "expired",
     "node_gone",
     "no_connection",
+    "deleted",
 )
 """Why a hint or a send stopped; the values of ``bothy_push_skipped_total{reason}``."""
 

@@ -481,12 +481,17 @@ class Reach:
             active human).
         space_id, channel_id: the thread's current place (it may have moved).
         read_position: ``max(last_read_seq, unread_floor_seq)``; 0 without a thread.
+        deletions: the thread had a message deleted recently (its ``deleted_at``):
+            only then does a send ask whether its own message was
+            (:func:`bothy_notify.store.deletions.deleted_among`), so a send in a
+            thread without deletions reads nothing more.
     """
 
     allowed: bool
     space_id: str | None
     channel_id: str | None
     read_position: int
+    deletions: bool = False
 
 
 def reach_now(
@@ -505,14 +510,15 @@ def reach_now(
         "   SELECT 1 FROM bothy.members m WHERE m.user_id = k.u"
         "   AND m.scope_id IN (t.thread_id, t.channel_id, t.space_id))),"
         " t.space_id, t.channel_id,"
-        " greatest(coalesce(r.last_read_seq, 0), coalesce(t.unread_floor_seq, 0))"
+        " greatest(coalesce(r.last_read_seq, 0), coalesce(t.unread_floor_seq, 0)),"
+        " t.deleted_at IS NOT NULL"
         f" FROM {_PAIR_KEYS} AS k(u, t)"
         " LEFT JOIN LATERAL (SELECT p.kind, p.active FROM bothy.users p"
         "  WHERE p.user_id = k.u OFFSET 0) p ON true"
-        " LEFT JOIN LATERAL (SELECT t.thread_id, t.channel_id, t.space_id, t.unread_floor_seq"
-        "  FROM bothy.threads t WHERE t.thread_id = k.t OFFSET 0) t ON true"
+        " LEFT JOIN LATERAL (SELECT t.thread_id, t.channel_id, t.space_id, t.unread_floor_seq,"
+        "  t.deleted_at FROM bothy.threads t WHERE t.thread_id = k.t OFFSET 0) t ON true"
         " LEFT JOIN LATERAL (SELECT r.last_read_seq FROM bothy.read_states r"
         "  WHERE r.user_id = k.u AND r.thread_id = k.t OFFSET 0) r ON true",
         (orjson.dumps([k[0] for k in keys]).decode(), orjson.dumps([k[1] for k in keys]).decode()),
     ).fetchall()
-    return {(r[0], r[1]): Reach(bool(r[2]), r[3], r[4], int(r[5])) for r in rows}
+    return {(r[0], r[1]): Reach(bool(r[2]), r[3], r[4], int(r[5]), r[6] is True) for r in rows}

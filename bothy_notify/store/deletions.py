@@ -10,8 +10,8 @@ who it tells.
   deleted; a job asks only for threads whose row says ``deleted_at`` (the row it
   reads anyway, :func:`bothy_notify.notify.facts.reach_now`), so a send in a thread
   without deletions reads nothing more.
-- :func:`deleted_between` (a coalescing window's flush): how many deleted messages
-  of the thread lie in a range of sequences.
+- :func:`deleted_seqs` (a coalescing window's flush): the deleted messages of the
+  thread in a range of sequences.
 - :func:`tell_removed` (the round): ``NOTIFY bothy_message_removed`` with the
   thread's place and the people whose live connections get
   ``notification.removed``, in payloads under PostgreSQL's limit; sent at commit.
@@ -86,16 +86,18 @@ def deleted_among(conn: Conn, keys: Collection[tuple[str, str]]) -> set[tuple[st
     return {(str(r[0]), str(r[1])) for r in rows}
 
 
-def deleted_between(conn: Conn, thread_id: str, after: int, upto: int, *, since: datetime) -> int:
-    """How many messages of the thread with a sequence in ``(after, upto]`` were
-    deleted at or after ``since`` (a sequence deleted before a window opened may
-    have been given to a newer message since)."""
-    row = conn.execute(
-        "SELECT count(DISTINCT seq) FROM bothy.deleted_messages"
+def deleted_seqs(
+    conn: Conn, thread_id: str, after: int, upto: int, *, since: datetime
+) -> frozenset[int]:
+    """The sequences in ``(after, upto]`` of the thread's messages deleted at or after
+    ``since`` (a sequence deleted before a window opened may have been given to a
+    newer message since)."""
+    rows = conn.execute(
+        "SELECT DISTINCT seq FROM bothy.deleted_messages"
         " WHERE thread_id = %s AND seq > %s AND seq <= %s AND deleted_at >= %s",
         (thread_id, after, upto, since),
-    ).fetchone()
-    return int(row[0]) if row else 0
+    ).fetchall()
+    return frozenset(int(r[0]) for r in rows)
 
 
 def newest_deleted(conn: Conn, thread_ids: Collection[str]) -> dict[str, str]:
@@ -170,7 +172,7 @@ __all__ = [
     "MESSAGE_REMOVED_CHANNEL",
     "ThreadPlace",
     "deleted_among",
-    "deleted_between",
+    "deleted_seqs",
     "newest_deleted",
     "prune",
     "record",

@@ -25,6 +25,7 @@ from bothy_notify.notify.domain import (
     decide,
     flush_hint,
     fold_into,
+    only_deleted,
     open_window,
     release_delayed,
 )
@@ -326,6 +327,47 @@ def test_flush_with_a_folded_mention_is_a_loud_mention() -> None:
     window = Window(NOW, NOW, 3, 1, 3, "m3", mention=True)
     hint = flush_hint(window, nid="f", thread_id="t1", read_position=0, last_message_seq=3)
     assert hint is not None and hint.kind == "mention" and hint.quiet is False
+
+
+ONLY_DELETED = [
+    # (folded after the opener: first_seq 1 .. newest 4), read position, deleted -> only deleted
+    ("nothing deleted", 0, set(), False),
+    ("every folded message deleted", 0, {2, 3, 4}, True),
+    ("one folded message left", 0, {3, 4}, False),
+    ("the rest was read", 2, {3, 4}, True),
+    ("the opener's deletion does not count", 0, {1, 3, 4}, False),
+    ("deletions outside the window do not count", 0, {5, 6, 7}, False),
+    ("read up to the newest", 4, set(), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "position", "deleted", "only"), ONLY_DELETED, ids=[row[0] for row in ONLY_DELETED]
+)
+def test_a_flush_counts_only_deleted_messages(
+    name: str, position: int, deleted: set[int], only: bool
+) -> None:
+    window = Window(NOW, NOW, 4, 1, 4, "m4")
+    assert only_deleted(window, position, deleted) is only
+
+
+def test_a_flush_whose_newest_message_went_points_at_the_thread_up_to_its_last() -> None:
+    window = Window(NOW, NOW, 4, 1, 4, "m4")
+    hint = flush_hint(
+        window, nid="f", thread_id="t1", read_position=1, last_message_seq=3, deleted={4}
+    )
+    assert hint is not None
+    assert (hint.message_id, hint.message_seq, hint.count) == (None, 3, 2)
+
+
+def test_a_flush_whose_newest_message_went_and_the_rest_was_read_gives_nothing() -> None:
+    window = Window(NOW, NOW, 4, 1, 4, "m4")
+    assert (
+        flush_hint(
+            window, nid="f", thread_id="t1", read_position=3, last_message_seq=3, deleted={4}
+        )
+        is None
+    )
 
 
 def test_release_check() -> None:

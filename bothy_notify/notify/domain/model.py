@@ -31,6 +31,7 @@ class SkipReason(enum.StrEnum):
     EXPIRED = "expired"
     NODE_GONE = "node_gone"
     NO_CONNECTION = "no_connection"
+    DELETED = "deleted"
 
 
 class Via(enum.StrEnum):

@@ -32,6 +32,7 @@ from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify.domain import SkipReason
 from bothy_notify.notify.jobs.args import PUSH_CLEAR, PushClearArgs
 from bothy_notify.notify.jobs.push_send import Sending, still_active, target_of
+from bothy_notify.push.grouping import ThreadGrouping
 from bothy_notify.push.port import ReadMessage, Target
 from bothy_notify.push.registry import Providers
 from bothy_notify.runner import BatchedEffect, Done, Report
@@ -75,8 +76,10 @@ class PushClearHandler:
         config: PushConfig,
         metrics: Metrics,
         urgency_of: Callable[[str], str] = _DEFAULT_NOTIFY.urgency_of,
+        grouping: ThreadGrouping | None = None,
     ) -> None:
         self._db = db
+        self._grouping = grouping
         self._urgency = str(urgency_of("read"))
         self._clock = clock
         self._config = config
@@ -135,19 +138,21 @@ class PushClearHandler:
         return plans
 
     async def _send(self, job: Job, plan: _Clear, report: Report) -> None:
-        message = ReadMessage(plan.args.thread_id, plan.seq, plan.badge, self._urgency)
+        thread_id = plan.args.thread_id
+        group = self._grouping.of(thread_id) if self._grouping is not None else None
+        message = ReadMessage(thread_id, plan.seq, plan.badge, self._urgency, group)
         outcome = await self.sending.send(job, plan.target, message, report)
         if outcome is None:
             return
         target = plan.target
         delivered = BatchedEffect(
-            _delivered_unmarked,
+            delivered_unmarked,
             (target.registration_id, target.provider, plan.args.thread_id, plan.marked_at),
         )
         await report(job, self.sending.result_for(job, target, outcome, delivered))
 
 
-def _delivered_unmarked(
+def delivered_unmarked(
     conn: Conn, items: list[tuple[str, str, str, datetime]], now: datetime
 ) -> None:
     """Deliveries of read pushes: the lifecycle's effect, and each mark removed."""

@@ -9,7 +9,11 @@ Checks, in one transaction for the whole claimed batch (SPEC section 7):
    skip ``no_access``.
 4. Release check, only for a delayed push (``release_seq > 0``): the read
    position reached ``release_seq``: skip ``read``. An immediate push reads
-   nothing extra, and a delayed push re-evaluates nothing else.
+   nothing extra, and a delayed push re-evaluates nothing else. Beside it, for
+   every push about a message: the message was deleted (``message.deleted``):
+   skip ``deleted``, asked only when the thread's row, read for the access check
+   anyway, says it had a recent deletion (:attr:`~bothy_notify.notify.facts.Reach.
+   deletions`), so a push in a thread without deletions costs nothing more.
 5. Quiet hours (issue 20): a person in quiet hours, for a category that does not
    break through (``security`` always does), has the push held, not sent: result
    ``held``, a row of ``bothy.held_pushes`` and, for the first of the period, the
@@ -51,10 +55,11 @@ from bothy_notify.notify.domain import SkipReason, release_delayed
 from bothy_notify.notify.domain.quiet import hold_until
 from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs
 from bothy_notify.notify.lifecycle import TokenLifecycle, send_outcome
+from bothy_notify.push.grouping import ThreadGrouping
 from bothy_notify.push.port import Message, Outcome, OutcomeKind, PushMessage, Target
 from bothy_notify.push.registry import Providers
 from bothy_notify.runner import BatchedEffect, Defer, Done, JobResult, Report, retry_or_fail
-from bothy_notify.store import marks
+from bothy_notify.store import deletions, marks
 from bothy_notify.store import quiet as quiet_store
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database
@@ -219,7 +224,8 @@ class PushSendHandler:
     ``urgency_of`` gives a kind's urgency (``[notify.urgency]``). The category a
     quiet-hours hold goes by is the job's own (the recipient's, fixed when
     decided: an app hint names its own); ``category_of`` gives it, from the kind
-    catalogue, for a job queued without one.
+    catalogue, for a job queued without one. ``grouping`` gives a thread's grouping
+    value (:mod:`bothy_notify.push.grouping`); ``None``: pushes carry none.
     """
 
     kind = PUSH_SEND
@@ -235,8 +241,10 @@ class PushSendHandler:
         catalogue_version: Callable[[], str | None] = lambda: None,
         urgency_of: Callable[[str], str] = _DEFAULT_NOTIFY.urgency_of,
         category_of: Callable[[str], str] = _BUILTIN_CATALOGUE.category_of,
+        grouping: ThreadGrouping | None = None,
     ) -> None:
         self._db = db
+        self._grouping = grouping
         self._urgency_of = urgency_of
         self._category_of = category_of
         self._held = Children(metrics.push_held)
@@ -273,6 +281,7 @@ class PushSendHandler:
         loaded = regs.load(conn, {a.registration_id for a in parsed.values()})
         reach = facts.reach_now(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
         plans: dict[int, _Send | SkipReason | Done] = {}
+        maybe_deleted: dict[int, tuple[str, str]] = {}
         for job_id, a in parsed.items():
             found = still_active(loaded.get(a.registration_id), a.user_id)
             if found is None:
@@ -289,11 +298,18 @@ class PushSendHandler:
             if a.release_seq > 0 and not release_delayed(a.release_seq, now_reach.read_position):
                 plans[job_id] = SkipReason.READ
                 continue
+            if now_reach.deletions and a.thread_id is not None and a.message_id is not None:
+                maybe_deleted[job_id] = (a.thread_id, a.message_id)
             reg, platform = found
             plans[job_id] = _Send(
                 a,
                 target_of(reg, platform, attempts[job_id]),
             )
+        if maybe_deleted:  # only in a thread with a recent deletion
+            gone = deletions.deleted_among(conn, set(maybe_deleted.values()))
+            for job_id, key in maybe_deleted.items():
+                if key in gone:
+                    plans[job_id] = SkipReason.DELETED
         self._hold_quiet(conn, plans, now)
         if self._config.badge is BadgeMode.UNREAD_THREADS:
             sending = {p.args.user_id for p in plans.values() if isinstance(p, _Send)}
@@ -340,6 +356,11 @@ class PushSendHandler:
             mv=a.mv if a.mv is not None else self._mv(),
             badge=plan.badge,
             urgency=str(self._urgency_of(a.kind)),
+            group=(
+                self._grouping.of(a.thread_id)
+                if self._grouping is not None and a.thread_id is not None
+                else None
+            ),
         )
         outcome = await self.sending.send(job, plan.target, message, report)
         if outcome is None:
