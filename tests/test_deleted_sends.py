@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.api.test_admin import status
 from tests.fake_gateway import FakeGateway, gateway_factory
 from tests.harness import Launch, Node, device_token, ev, make_config
 
@@ -87,6 +88,9 @@ async def test_a_push_still_queued_when_its_message_is_deleted_is_not_sent(
 
     assert pushes(node) == []
     assert node.skipped("deleted") == 1
+    metrics = (await node.request("GET", "/metrics")).text
+    assert 'bothy_push_skipped_total{reason="deleted"} 1.0' in metrics
+    assert (await status(node))["skips"]["deleted"] == 1  # the status page's table
 
 
 async def test_a_delayed_push_of_a_deleted_message_is_not_sent(launch: Launch) -> None:
