@@ -37,13 +37,13 @@ from bothy_notify.push.port import (
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webhook import WebhookProvider
 from bothy_notify.push.webpush import WebPushProvider, registrant
+from testkit.fakes.apns import FakeApns
+from testkit.fakes.fcm import FakeFcm
+from testkit.fakes.webhook import HOST as HOOK_HOST
+from testkit.fakes.webhook import SIGNING_KEY, WebhookReceiver
+from testkit.fakes.webpush import HOST as PUSH_HOST
+from testkit.fakes.webpush import FakePushService
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
-from tests.push.fake_apns import FakeApns
-from tests.push.fake_fcm import FakeFcm
-from tests.push.fake_webpush import HOST as PUSH_HOST
-from tests.push.fake_webpush import FakePushService
-from tests.push.webhook_receiver import HOST as HOOK_HOST
-from tests.push.webhook_receiver import SIGNING_KEY, WebhookReceiver
 
 THREAD = "support:thread-of-alex"
 KEY = "a-test-grouping-key"
