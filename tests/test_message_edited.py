@@ -9,13 +9,14 @@ End to end: the producer's event -> the round -> the jobs -> the fake provider
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
 from bothy_notify.kernel.presence import PresenceEntry
 from tests.fake_gateway import FakeGateway, gateway_factory
-from tests.harness import Launch, Node, ev, make_config
+from tests.harness import Launch, Node, device_token, ev, make_config
 
 
 async def world(node: Node) -> None:
@@ -199,3 +200,28 @@ async def test_an_edit_inside_an_open_window_folds_into_it(launch: Launch) -> No
         ("message", False),
         ("mention", False),
     ]
+
+
+async def test_a_person_in_quiet_hours_hears_it_quietly_and_the_phone_is_held(
+    launch: Launch,
+) -> None:
+    gateway = FakeGateway()
+    node = await launch(gateway_factory=gateway_factory(gateway))
+    await world(node)
+    gateway.live("robin", "robin-desk", "linux")
+    until = (node.clock.now() + timedelta(minutes=30)).isoformat().replace("+00:00", "Z")
+    answer = await node.request(
+        "PUT",
+        "/v1/quiet-hours",
+        token=device_token("robin", "robin-phone"),
+        json={"snooze_until": until},
+    )
+    assert answer.status_code == 200, answer.text
+
+    await node.append(written(), edited(("robin",), previous=()))
+    await node.settle()
+
+    (hint,) = gateway.hints_for("robin")
+    assert hint["kind"] == "mention" and hint["quiet"] is True
+    assert pushes(node, "robin") == []
+    assert await node.sql("SELECT user_id, thread_id FROM bothy.held_pushes") == [("robin", "t1")]
