@@ -17,12 +17,16 @@ CREATE INDEX deleted_messages_at ON bothy.deleted_messages (deleted_at);
 
 -- The thread's latest deletion still kept (NULL: none): a send job, which reads
 -- its thread's row anyway, looks for its message among the deleted ones only when
--- this is set, so sends in threads without deletions read nothing more.
+-- this is set, so sends in threads without deletions read nothing more. (No index:
+-- only the hourly sweep asks for it.)
 ALTER TABLE bothy.threads ADD COLUMN deleted_at timestamptz;
-CREATE INDEX threads_deleted_at ON bothy.threads (deleted_at) WHERE deleted_at IS NOT NULL;
 
 -- A registration pushed for a thread since its last clear gets one `removed` push
 -- per burst of deletions in the thread: removed_pending says one is queued and not
 -- yet run (as clear_pending does for reads).
+-- A deletion finds a thread's marks by the thread: the reader index turns round to
+-- (thread, person), which still serves a read's lookup of (person, thread), so a
+-- delivered push maintains as many indexes as before.
 ALTER TABLE bothy.push_marks ADD COLUMN removed_pending boolean NOT NULL DEFAULT false;
-CREATE INDEX push_marks_thread ON bothy.push_marks (thread_id);
+CREATE INDEX push_marks_thread_user ON bothy.push_marks (thread_id, user_id);
+DROP INDEX bothy.push_marks_reader;
