@@ -6,8 +6,16 @@ of bulk reads; every other event is a barrier: the pending group is decided
 first, then the event's projection applies, then its own hint (if any) is
 decided, so each decision sees the facts of its place in the log.
 
+A ``message.created`` with ``mention_groups`` mentions the group's audience
+(:meth:`RoundPlanner._group_mentions`); ``message.edited`` is a barrier that
+decides one ``mention`` hint for the newly mentioned (once per message and
+person, through the hint idempotency); ``message.deleted`` is a barrier that
+records the deletion, queues the phones' ``removed`` pushes and tells the
+desktops (:meth:`RoundPlanner._message_deleted`).
+
 Nothing here sends anything: decisions become job specs, inserted with the
-cursor in the same transaction.
+cursor in the same transaction (the desktops' ``NOTIFY`` is delivered at its
+commit too).
 
 The kind catalogue is refreshed once per round (not per hint) and its version
 is fixed on every hint the round decides (``Hint.mv``), so every copy of one
