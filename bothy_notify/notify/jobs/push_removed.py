@@ -4,8 +4,9 @@ were deleted (``message.deleted``, issue 33).
 Queued by the deletion (:func:`bothy_notify.store.marks.queue_removals`) for each
 active registration marked for the thread (pushed for it since its last clear),
 whoever's, ``push.clear_delay`` later, at most one pending per (registration,
-thread): a burst of deletions sends one push. Checks, in one transaction for the
-whole claimed batch:
+thread): a burst of deletions sends one push. A
+:class:`~bothy_notify.push.jobs.PushKind` (:class:`RemovedPush`); its checks, in
+one transaction for the whole claimed batch:
 
 1. The registration is still active and still the person's: else skip
    ``no_registration``.
@@ -22,42 +23,44 @@ whole claimed batch:
    latest deletion, and the mark stays (the phone may still show the thread).
 
 Both are background pushes (urgency ``read``'s and ``removed``'s, ``low`` by
-default) through the same send, outcomes, strikes and lifecycle as every push to
-a registration (:class:`~.push_send.Sending`).
+default) through the one push handler: the same send, outcomes, strikes and
+lifecycle as every push to a registration (:mod:`.registration_push`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from bothy_notify.config import BadgeMode, NotifyConfig, PushConfig
-from bothy_notify.kernel.clock import Clock
-from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.config import PushConfig
+from bothy_notify.kernel.results import Result
 from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify import facts
 from bothy_notify.notify.domain import SkipReason
 from bothy_notify.notify.jobs.args import PUSH_REMOVED, PushRemovedArgs
-from bothy_notify.notify.jobs.push_clear import UNMARKED, delivered_unmarked
-from bothy_notify.notify.jobs.push_send import Sending, still_active, target_of
+from bothy_notify.notify.jobs.push_clear import delivered_unmarked
+from bothy_notify.notify.jobs.registration_push import (
+    DEFAULT_NOTIFY,
+    badge_of,
+    badges,
+    still_active,
+    target_of,
+)
 from bothy_notify.push.grouping import ThreadGrouping
+from bothy_notify.push.jobs import PushKind
 from bothy_notify.push.port import ReadMessage, RemovedMessage, Target
-from bothy_notify.push.registry import Providers
-from bothy_notify.runner import BatchedEffect, Done, Report
+from bothy_notify.runner import BatchedEffect, Done
 from bothy_notify.store import deletions, marks
 from bothy_notify.store import registrations as regs
-from bothy_notify.store.db import Conn, Database
+from bothy_notify.store.db import Conn
 from bothy_notify.store.jobs import Job
-from bothy_notify.store.unread import badges_of
-
-_DEFAULT_NOTIFY = NotifyConfig()
-"""Where a handler built without ``urgency_of`` reads the kinds' default urgency."""
 
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class _Removal:
+class RemovedSend:
     """A planned push: where it goes, the mark, and what it says: ``message_id`` of
     the latest deletion, or ``None`` for the read clear at ``seq``."""
 
@@ -69,108 +72,85 @@ class _Removal:
     badge: int | None = None
 
 
-class PushRemovedHandler:
-    """Runs ``notify.push_removed`` jobs; ``urgency_of`` gives the ``removed`` and
-    ``read`` kinds' urgency (``[notify.urgency]``, ``low`` by default);
-    ``grouping`` the thread's grouping value (:mod:`bothy_notify.push.grouping`)."""
+class RemovedPush(PushKind[PushRemovedArgs, RemovedSend]):
+    """``notify.push_removed``; ``urgency_of`` gives the ``removed`` and ``read``
+    kinds' urgency (``[notify.urgency]``, ``low`` by default); ``grouping`` the
+    thread's grouping value (:mod:`bothy_notify.push.grouping`)."""
 
     kind = PUSH_REMOVED
+    plan_writes = True  # the mark's removed_pending flag is taken back
 
     def __init__(
         self,
         *,
-        db: Database,
-        providers: Providers,
-        clock: Clock,
         config: PushConfig,
-        metrics: Metrics,
-        urgency_of: Callable[[str], str] = _DEFAULT_NOTIFY.urgency_of,
+        urgency_of: Callable[[str], str] = DEFAULT_NOTIFY.urgency_of,
         grouping: ThreadGrouping | None = None,
     ) -> None:
-        self._db = db
+        self._config = config
         self._removed_urgency = str(urgency_of("removed"))
         self._read_urgency = str(urgency_of("read"))
-        self._clock = clock
-        self._config = config
         self._grouping = grouping
-        self.sending = Sending(providers=providers, config=config, metrics=metrics)
 
-    def __repr__(self) -> str:
-        return "PushRemovedHandler()"
+    def parse(self, args: Mapping[str, Any]) -> PushRemovedArgs | None:
+        return PushRemovedArgs.parse(args)
 
-    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
-        parsed = {job.id: PushRemovedArgs.from_args(job.args) for job in jobs}
-        attempts = {job.id: (job.attempt, job.max_attempts) for job in jobs}
-        plans = await self._db.run(lambda c: self._check(c, parsed, attempts))
-        await self.sending.run_plans(jobs, plans, report, self._send)
-
-    def _check(
-        self,
-        conn: Conn,
-        parsed: dict[int, PushRemovedArgs],
-        attempts: dict[int, tuple[int, int]],
-    ) -> dict[int, _Removal | SkipReason | Done]:
-        loaded = regs.load(conn, {a.registration_id for a in parsed.values()})
+    def plan(
+        self, conn: Conn, claimed: Sequence[tuple[Job, PushRemovedArgs]], now: datetime
+    ) -> dict[int, RemovedSend | SkipReason | Done]:
+        loaded = regs.load(conn, {a.registration_id for _job, a in claimed})
         marked = marks.take_removed_pending(
-            conn, {(a.registration_id, a.thread_id) for a in parsed.values()}
+            conn, {(a.registration_id, a.thread_id) for _job, a in claimed}
         )
-        thread_ids = {a.thread_id for a in parsed.values()}
-        reach = facts.reach_now(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
+        plans: dict[int, RemovedSend | SkipReason | Done] = {}
+        passed = []
+        for job, a in claimed:
+            found = still_active(loaded.get(a.registration_id), a.user_id)
+            marked_at = marked.get((a.registration_id, a.thread_id))
+            if found is None:
+                plans[job.id] = SkipReason.NO_REGISTRATION
+            elif marked_at is None:
+                plans[job.id] = Done(Result.SKIPPED_UNMARKED)
+            else:
+                passed.append((job, a, found, marked_at))
+        if not passed:
+            return plans
+        thread_ids = {a.thread_id for _job, a, _f, _m in passed}
+        reach = facts.reach_now(conn, {(a.user_id, a.thread_id) for _job, a, _f, _m in passed})
         infos = facts.threads(conn, thread_ids)
         newest = deletions.newest_deleted(conn, thread_ids)
-        plans: dict[int, _Removal | SkipReason | Done] = {}
-        for job_id, a in parsed.items():
-            found = still_active(loaded.get(a.registration_id), a.user_id)
-            if found is None:
-                plans[job_id] = SkipReason.NO_REGISTRATION
-                continue
-            marked_at = marked.get((a.registration_id, a.thread_id))
-            if marked_at is None:
-                plans[job_id] = Done(UNMARKED)
-                continue
+        found_badges = badges(conn, self._config, {a.user_id for _job, a, _f, _m in passed})
+        for job, a, (reg, platform), marked_at in passed:
             info = infos.get(a.thread_id)
             position = reach[(a.user_id, a.thread_id)].read_position
             last = info.last_message_seq if info is not None else 0
             deleted = newest.get(a.thread_id)
             # Nothing of the thread left unread (or no deletion kept): the read clear.
             message_id = deleted if position < last and deleted is not None else None
-            reg, platform = found
-            plans[job_id] = _Removal(
-                a, target_of(reg, platform, attempts[job_id]), marked_at, position, message_id
+            plans[job.id] = RemovedSend(
+                a,
+                target_of(reg, platform, job),
+                marked_at,
+                position,
+                message_id,
+                badge_of(found_badges, a.user_id),
             )
-        if self._config.badge is BadgeMode.UNREAD_THREADS:
-            sending = {p.args.user_id for p in plans.values() if isinstance(p, _Removal)}
-            badges = badges_of(conn, sending)
-            for job_id, plan in plans.items():
-                if isinstance(plan, _Removal):
-                    plans[job_id] = _Removal(
-                        plan.args,
-                        plan.target,
-                        plan.marked_at,
-                        plan.seq,
-                        plan.message_id,
-                        badges.get(plan.args.user_id, 0),
-                    )
         return plans
 
-    async def _send(self, job: Job, plan: _Removal, report: Report) -> None:
+    def message(self, plan: RemovedSend) -> ReadMessage | RemovedMessage:
         thread_id = plan.args.thread_id
         group = self._grouping.of(thread_id) if self._grouping is not None else None
-        message: ReadMessage | RemovedMessage
         if plan.message_id is None:
-            message = ReadMessage(thread_id, plan.seq, plan.badge, self._read_urgency, group)
-        else:
-            message = RemovedMessage(
-                thread_id, plan.message_id, plan.badge, self._removed_urgency, group
-            )
-        outcome = await self.sending.send(job, plan.target, message, report)
-        if outcome is None:
-            return
+            return ReadMessage(thread_id, plan.seq, plan.badge, self._read_urgency, group)
+        return RemovedMessage(thread_id, plan.message_id, plan.badge, self._removed_urgency, group)
+
+    def delivered(self, plan: RemovedSend) -> BatchedEffect | None:
+        """A delivered read clear removes its mark (unless a newer push marked it
+        again); a removed push leaves it (the phone may still show the thread)."""
+        if plan.message_id is not None:
+            return None
         target = plan.target
-        delivered = None
-        if plan.message_id is None:  # a read clear: its delivery removes the mark
-            delivered = BatchedEffect(
-                delivered_unmarked,
-                (target.registration_id, target.provider, thread_id, plan.marked_at),
-            )
-        await report(job, self.sending.result_for(job, target, outcome, delivered))
+        return BatchedEffect(
+            delivered_unmarked,
+            (target.registration_id, target.provider, plan.args.thread_id, plan.marked_at),
+        )
