@@ -70,6 +70,7 @@ from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.jobs.flush import FlushHandler
 from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler, LocalGatewayHints
 from bothy_notify.notify.jobs.push_clear import ReadClearPush
+from bothy_notify.notify.jobs.push_removed import RemovedPush
 from bothy_notify.notify.jobs.push_send import HintPush
 from bothy_notify.notify.jobs.quiet_summary import QuietSummaryHandler, SummaryPush
 from bothy_notify.notify.jobs.registration_push import RegistrationLifecycle
@@ -78,6 +79,8 @@ from bothy_notify.notify.planner import RoundOutcome
 from bothy_notify.notify.round import ConsumerRound
 from bothy_notify.notify.routes import FailClosedRoutes, JobLiveRoutes, LiveRoutes
 from bothy_notify.push import providers as provider_table
+from bothy_notify.push.grouping import GROUPING_SECRET, ThreadGrouping
+from bothy_notify.push.grouping import new_key as new_grouping_key
 from bothy_notify.push.jobs import Lifecycle, PushJobHandler, PushKind
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.registry import Providers
@@ -296,6 +299,8 @@ class Daemon:
         self._shutdown = trio.Event()
         self.db: Database | None = None
         self.providers: Providers | None = None
+        self.grouping: ThreadGrouping | None = None
+        """The thread grouping values of this node's pushes (read at start)."""
         self.round: ConsumerRound | None = None
         self.runner: JobRunner | None = None
         self.gateway: GatewayService | None = None
@@ -397,7 +402,7 @@ class Daemon:
 
     async def _serve(self, url: str, task_status: trio.TaskStatus[NodeAddresses]) -> None:
         try:
-            config = await trio.to_thread.run_sync(
+            prepared = await trio.to_thread.run_sync(
                 prepare_database, url, self.config, self._migrate
             )
         except StoreError as exc:
@@ -408,6 +413,8 @@ class Daemon:
                 'cluster.mode = "multi": the database (database.url) cannot be reached;'
                 " a node of a cluster does not start without it"
             ) from exc
+        config = prepared.config
+        self.grouping = ThreadGrouping(prepared.grouping_key)
         self.live.swap(config)  # secret: references resolved
         spec = self.spec
         # Two pools: API and gateway load must never starve delivery (the round has a
@@ -625,9 +632,11 @@ class Daemon:
                     catalogue_version=version,
                     urgency_of=urgency_of,
                     category_of=category_of,
+                    grouping=self.grouping,
                 )
             ),
-            push(ReadClearPush(config=config.push, urgency_of=urgency_of)),
+            push(ReadClearPush(config=config.push, urgency_of=urgency_of, grouping=self.grouping)),
+            push(RemovedPush(config=config.push, urgency_of=urgency_of, grouping=self.grouping)),
             QuietSummaryHandler(db=db, clock=clock, config=config.push, metrics=metrics),
             push(SummaryPush(config=config.push, urgency_of=urgency_of)),
             gateway_send,
@@ -824,9 +833,23 @@ def database_timeouts(config: Config) -> DatabaseTimeouts:
     )
 
 
-def prepare_database(url: str, config: Config, apply_migrations: bool = True) -> Config:
-    """Migrate (unless told not to) and resolve ``secret:`` references; returns the
-    configuration with them resolved. Blocking: runs in a worker thread.
+@dataclass(frozen=True, slots=True)
+class PreparedDatabase:
+    """What a node reads from its database before it serves: the configuration with
+    its ``secret:`` references resolved, and the thread grouping key
+    (:mod:`bothy_notify.push.grouping`). The repr shows neither."""
+
+    config: Config
+    grouping_key: str
+
+    def __repr__(self) -> str:
+        return "PreparedDatabase()"
+
+
+def prepare_database(url: str, config: Config, apply_migrations: bool = True) -> PreparedDatabase:
+    """Migrate (unless told not to), resolve ``secret:`` references and read the
+    thread grouping key (made and stored the first time: ``secrets.ensure``).
+    Blocking: runs in a worker thread.
 
     Raises:
         StoreError: the database cannot be reached or refused a statement.
@@ -839,10 +862,11 @@ def prepare_database(url: str, config: Config, apply_migrations: bool = True) ->
     try:
         if apply_migrations:
             migrate(conn)
-        if store_secret_names(config):
-            with conn.transaction():
-                return resolve_store_secrets(config, lambda name: secret_store.get(conn, name))
-        return config
+        with conn.transaction():
+            key = secret_store.ensure(conn, GROUPING_SECRET, new_grouping_key)
+            if store_secret_names(config):
+                config = resolve_store_secrets(config, lambda name: secret_store.get(conn, name))
+        return PreparedDatabase(config, key)
     finally:
         conn.close()
 
@@ -851,6 +875,7 @@ __all__ = [
     "ROLE_TABLE",
     "Daemon",
     "NodeAddresses",
+    "PreparedDatabase",
     "RoleFacts",
     "RoleSpec",
     "database_timeouts",
