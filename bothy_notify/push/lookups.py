@@ -1,0 +1,87 @@
+"""Resolving and pinning for the providers whose hosts come from registrations and that
+send through an :class:`~.http2.Http2Client` (Web Push, a Matrix relay).
+
+Each attempt resolves its host again (a DNS answer may change between two
+attempts), every address is judged by the registries' table unless private
+addresses are allowed, and the transfer is pinned to the checked address with
+libcurl's ``CONNECT_TO``: TLS and ``Host`` still name the host, so a DNS answer
+that changed between the check and the connection cannot redirect it, and a
+connection is reused only for the same host and address.
+
+Attempts to one host at the same moment (a claimed batch to one push service or
+gateway) share one lookup (:class:`SharedLookups`), whose answer arrives after
+each of them began.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import trio
+
+from bothy_notify.push.resolver import IPAddress, ResolveError, Resolver
+
+
+class SharedLookups:
+    """Resolves hosts for attempts, one lookup per host at a time.
+
+    Args:
+        resolver: name resolution.
+    """
+
+    def __init__(self, resolver: Resolver) -> None:
+        self._resolver = resolver
+        self._lookups: dict[tuple[str, int], _Lookup] = {}
+
+    def __repr__(self) -> str:
+        return f"SharedLookups(in_flight={len(self._lookups)})"
+
+    async def resolve(self, host: str, port: int, deadline: float) -> list[IPAddress] | None:
+        """The host's addresses, looked up for this attempt (``None``: not by
+        ``deadline``, a Trio time).
+
+        Only the attempt that looks up keeps a deadline scope (the others wait
+        for its answer, and look up themselves should it be cancelled first).
+        Raises :class:`ResolveError`.
+        """
+        key = (host, port)
+        while trio.current_time() < deadline:
+            lookup = self._lookups.get(key)
+            if lookup is None:
+                lookup = self._lookups[key] = _Lookup()
+                try:
+                    with trio.move_on_at(deadline):
+                        lookup.addresses = await self._resolver.resolve(host, port)
+                except ResolveError:
+                    lookup.failed = True
+                finally:
+                    del self._lookups[key]
+                    lookup.done.set()
+            else:
+                await lookup.done.wait()
+            if lookup.failed:
+                raise ResolveError("the host could not be resolved")
+            if lookup.addresses is not None:
+                return lookup.addresses
+            # The attempt that looked up ran out of time first: look up again.
+        return None
+
+
+class _Lookup:
+    """One name lookup that several attempts wait for."""
+
+    __slots__ = ("addresses", "done", "failed")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.addresses: list[IPAddress] | None = None
+        self.failed = False
+
+
+@functools.lru_cache(maxsize=1024)
+def route(host: str, port: int, address: IPAddress) -> tuple[str, str]:
+    """(the origin of ``host:port``; libcurl's ``CONNECT_TO`` to the checked ``address``)."""
+    authority = f"[{host}]" if ":" in host else host
+    origin = f"https://{authority}" if port == 443 else f"https://{authority}:{port}"
+    literal = f"[{address}]" if address.version == 6 else str(address)
+    return origin, f"{host}:{port}:{literal}:{port}"
