@@ -226,6 +226,14 @@ def registrant(body: Mapping[str, Any]) -> Registrant | Refusal:
     return Registrant(token, environment=body.get("environment") or "production")
 
 
+def pushkey_registrant(
+    pushkey: str, _data: Mapping[str, Any] | None, environment: str | None
+) -> Registrant | Refusal:
+    """A Matrix pusher of an APNs app: the pushkey is the device token (hex), the
+    environment the app's (``[matrix_gateway] apps``, default production)."""
+    return registrant({"token": pushkey, "environment": environment})
+
+
 def topic_delivery(body: Mapping[str, Any]) -> TopicDelivery | None:
     """Topic mode: ``token`` (hex) and an optional ``environment``; nothing else."""
     token, environment = body.get("token"), body.get("environment")

@@ -52,6 +52,17 @@ class BuildContext:
     max_age: timedelta = timedelta(hours=1)
 
 
+PushkeyRegistrant = Callable[[str, Mapping[str, Any] | None, str | None], Registrant | Refusal]
+"""``(pushkey, data, environment)`` of a Matrix pusher -> what its registration stores."""
+
+
+def _token_pushkey(
+    pushkey: str, _data: Mapping[str, Any] | None, _env: str | None
+) -> Registrant | Refusal:
+    """A pushkey that is the device token itself (FCM, the fake provider)."""
+    return plain_registrant({"token": pushkey})
+
+
 @dataclass(frozen=True)
 class ProviderEntry:
     """One provider of the table.
@@ -77,6 +88,10 @@ class ProviderEntry:
             changed hands); when false it is refused (409).
         topic_delivery: how a topic-mode recipient gives this channel (``None``:
             not a topic-mode channel); ``topic_refusal`` its later checks.
+        pushkey: how a Matrix pusher gives this provider (``(pushkey, data,
+            environment)``, the Matrix gateway's devices, SPEC section 14c);
+            ``None``: a ``[matrix_gateway] apps`` entry may not name it.
+        environments: the registration environments it knows; empty: it has none.
     """
 
     name: str
@@ -101,6 +116,8 @@ class ProviderEntry:
         ]
         | None
     ) = None
+    pushkey: PushkeyRegistrant | None = None
+    environments: tuple[str, ...] = ()
 
     def block(self, push: PushConfig) -> Any | None:
         """Its configuration block, or ``None`` when it is not configured."""
@@ -135,6 +152,8 @@ PROVIDERS: Mapping[str, ProviderEntry] = {
             rejection_hint=apns.REJECTION_HINT,
             mismatch_hint=apns.MISMATCH_HINT,
             topic_delivery=apns.topic_delivery,
+            pushkey=apns.pushkey_registrant,
+            environments=apns.ENVIRONMENTS,
         ),
         ProviderEntry(
             name="fcm",
@@ -149,6 +168,7 @@ PROVIDERS: Mapping[str, ProviderEntry] = {
             rejection_hint=fcm.REJECTION_HINT,
             mismatch_hint=fcm.MISMATCH_HINT,
             topic_delivery=plain_topic_delivery,
+            pushkey=_token_pushkey,
         ),
         ProviderEntry(
             name="webhook",
@@ -180,6 +200,7 @@ PROVIDERS: Mapping[str, ProviderEntry] = {
             rejection_hint=webpush.REJECTION_HINT,
             explained=webpush.EXPLAINED,
             moves=False,
+            pushkey=webpush.pushkey_registrant,
         ),
         ProviderEntry(
             name="fake",
@@ -190,6 +211,7 @@ PROVIDERS: Mapping[str, ProviderEntry] = {
             prepare=fake.prepare,
             build=lambda settings, ctx: fake.build(settings, dev=ctx.dev, stdout=ctx.stdout),
             topic_delivery=plain_topic_delivery,
+            pushkey=_token_pushkey,
         ),
     )
 }
