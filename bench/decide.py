@@ -29,8 +29,19 @@ that every read of the round is sent), of one round of a single message, and of
 the job runner's and handlers' statements for the jobs they left; each with its
 generic plan (the one a prepared statement comes to) when that differs.
 
+``--quiet`` measures what quiet hours cost the round (issue 30): ``--rounds``
+alternations, in one database, of a round over ``--events`` new messages while
+nobody has quiet hours (``none``) and one while 60 of the followers have the
+pathological schedule (``dst14``: 14 back-to-back entries every day in
+Europe/Berlin, quiet all the time; ``bench/_quiet.py``), which the round
+evaluates for each of them in every group it decides. Reported: the CPU per job
+(one job per recipient: this process + PostgreSQL) of each and their ratio.
+``--batch 1`` is the worst case (a round per message, so an evaluation per
+quiet recipient per message).
+
 Usage: .venv/bin/python bench/decide.py [--events N] [--followers F] [--threads T]
        [--batch B] [--profile FILE] [--scale [--people P] [--follows F]] [--explain]
+       [--quiet [--rounds R]]
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import Profiler, bench_database, machine, postgres_cpu, postgres_pid, report
+from bench._quiet import PATHOLOGICAL_PEOPLE, pathological_doc, store_quiet
 from bench._scale import (
     Scale,
     Seeded,
@@ -73,6 +85,29 @@ from bothy_notify.store.db import connect_dedicated
 
 def seed(url: str, events: int, followers: int, threads: int, batch: int) -> None:
     """Set-up events (consumed before timing starts), then the message events."""
+    seed_people(url, followers, threads, batch)
+    append_messages(url, messages_of(0, events, threads))
+
+
+def messages_of(first: int, events: int, threads: int) -> list[tuple[str, dict[str, object]]]:
+    """Messages ``first`` to ``first + events - 1``, round-robin over the threads."""
+    return [
+        (
+            "message.created",
+            {
+                "thread_id": f"t{m % threads}",
+                "message_id": f"m{m}",
+                "thread_seq": m // threads + 1,
+                "author_id": "author",
+                "mentions": [],
+            },
+        )
+        for m in range(first, first + events)
+    ]
+
+
+def seed_people(url: str, followers: int, threads: int, batch: int) -> None:
+    """The followers (a phone each), the threads they follow, consumed by a round."""
     people = [f"user{i}" for i in range(followers)]
     setup: list[tuple[str, dict[str, object]]] = []
     for user in people:
@@ -84,19 +119,6 @@ def seed(url: str, events: int, followers: int, threads: int, batch: int) -> Non
             setup.append(
                 ("thread.followed", {"user_id": user, "thread_id": f"t{t}", "level": "all"})
             )
-    messages = [
-        (
-            "message.created",
-            {
-                "thread_id": f"t{m % threads}",
-                "message_id": f"m{m}",
-                "thread_seq": m // threads + 1,
-                "author_id": "author",
-                "mentions": [],
-            },
-        )
-        for m in range(events)
-    ]
     now = datetime.now(UTC)
     with psycopg.connect(url) as conn:
         with conn.cursor() as cur:
@@ -108,7 +130,6 @@ def seed(url: str, events: int, followers: int, threads: int, batch: int) -> Non
         append(conn, setup)
         conn.commit()
         run_round(url, batch)  # the set-up projections are not what is measured
-    append_messages(url, messages)
 
 
 def append_messages(url: str, messages: list[tuple[str, dict[str, object]]]) -> None:
@@ -301,6 +322,71 @@ def explain_rounds(url: str, batch: int, burst_threads: int) -> dict[str, object
     return figures
 
 
+QUIET_MODES = ("none", "dst14")
+
+
+def quiet_runs(args: argparse.Namespace, threads: int) -> None:
+    """``--quiet``: the round's CPU per job with nobody in quiet hours and with 60
+    people on the pathological schedule, alternated in one database."""
+    followers = args.followers
+    if followers < PATHOLOGICAL_PEOPLE:
+        raise SystemExit(f"--quiet needs --followers {PATHOLOGICAL_PEOPLE} or more")
+    quiet_people = [f"user{i}" for i in range(0, followers, followers // PATHOLOGICAL_PEOPLE)]
+    quiet_people = quiet_people[:PATHOLOGICAL_PEOPLE]
+    runs: list[tuple[str, Timed, int]] = []
+    with bench_database() as url:
+        postmaster = postgres_pid(url)
+        seed_people(url, followers, threads, args.batch)
+        sent = 0
+        for _ in range(args.rounds):
+            for mode in QUIET_MODES:
+                with psycopg.connect(url) as conn, conn.cursor() as cur:
+                    cur.execute("DELETE FROM bothy.quiet_hours")
+                    cur.execute("DELETE FROM bothy.jobs")
+                    if mode == "dst14":
+                        store_quiet(cur, [(u, pathological_doc()) for u in quiet_people])
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute("VACUUM ANALYZE bothy.quiet_hours")
+                    conn.execute("VACUUM ANALYZE bothy.jobs")
+                append_messages(url, messages_of(sent, args.events, threads))
+                sent += args.events
+                timed, consumed, jobs = run_round(url, args.batch, postmaster)
+                assert consumed == args.events and jobs == args.events * followers, (consumed, jobs)
+                runs.append((mode, timed, jobs))
+                here, pg = timed.cpu * 1e6 / jobs, timed.pg_cpu * 1e6 / jobs
+                print(
+                    f"  {mode:>5}: {here + pg:.1f} us CPU per job ({here:.1f} here + {pg:.1f}"
+                    f" PostgreSQL), {jobs / timed.wall:,.0f} jobs/s",
+                    flush=True,
+                )
+    figures = {}
+    for mode in QUIET_MODES:
+        mine = [(t, j) for m, t, j in runs if m == mode]
+        jobs = sum(j for _, j in mine)
+        figures[mode] = (
+            sum(t.cpu for t, _ in mine) * 1e6 / jobs,
+            sum(t.pg_cpu for t, _ in mine) * 1e6 / jobs,
+        )
+    base = sum(figures["none"])
+    print(
+        f"the round with {PATHOLOGICAL_PEOPLE} of {followers} followers on the pathological"
+        f" schedule ({args.rounds} alternations of {args.events} messages, batch {args.batch}):"
+    )
+    for mode, (here, pg) in figures.items():
+        print(f"  {mode:>5}: {here + pg:.1f} us CPU per job, ratio {(here + pg) / base:.3f}")
+    report(
+        "decide_quiet",
+        **{f"cpu_us_per_job_{m}": round(sum(f), 2) for m, f in figures.items()},
+        **{f"postgres_cpu_us_per_job_{m}": round(f[1], 2) for m, f in figures.items()},
+        ratio_dst14=round(sum(figures["dst14"]) / base, 3),
+        rounds=args.rounds,
+        events=args.events,
+        followers=followers,
+        quiet_people=PATHOLOGICAL_PEOPLE,
+        batch=args.batch,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20_000)
@@ -315,9 +401,14 @@ def main() -> None:
     parser.add_argument(
         "--burst-threads", type=int, default=60, help="threads of the --explain burst"
     )
+    parser.add_argument("--quiet", action="store_true", help="what quiet hours cost the round")
+    parser.add_argument("--rounds", type=int, default=3, help="alternations with --quiet")
     args = parser.parse_args()
     threads = args.threads or (Scale.threads if args.scale else 500)
     print(f"machine: {machine()}, load {os.getloadavg()[0]:.2f}")
+    if args.quiet:
+        quiet_runs(args, threads)
+        return
     scale_figures: dict[str, object] = {}
     with bench_database() as url:
         postmaster = postgres_pid(url)

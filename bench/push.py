@@ -53,13 +53,18 @@ and one of ``--jobs`` ``notify.push_clear`` jobs (clear-on-read: each of a mark
 of its own, so every clear is sent) run in one daemon: the CPU per clear push
 and per push (daemon + PostgreSQL) and their ratio. The stall phase is skipped.
 
-With ``--quiet`` ``--rounds`` alternations of three batches of ``--jobs``
+With ``--quiet`` ``--rounds`` alternations of five batches of ``--jobs``
 push_send jobs, each in a fresh daemon: nobody has quiet hours (``none``);
 everybody has quiet hours that do not cover now (``set``: each send reads and
 evaluates them, and sends); everybody is snoozed (``held``: each push is held,
-a row of ``bothy.held_pushes`` and the person's summary queued, nothing sent).
-Reported: the CPU per push of each (daemon + PostgreSQL) and the ratios of
-``set`` and ``held`` to ``none``. The stall phase is skipped.
+a row of ``bothy.held_pushes`` and the person's summary queued, nothing sent);
+60 people are snoozed and nobody else has quiet hours (``snooze60``); the same
+60 people have the pathological schedule of issue 30 instead (``dst14``: 14
+back-to-back entries every day in Europe/Berlin, quiet all the time, so each
+of their sends works out when the period ends; ``bench/_quiet.py``). Reported:
+the CPU per push of each (daemon + PostgreSQL) and the ratios to ``none``, and
+``dst14`` to ``snooze60`` (the same pushes held: the schedule's cost alone).
+The stall phase is skipped.
 
 Usage: .venv/bin/python bench/push.py [--fake nginx|python] [--jobs N] [--bare N]
        [--registrations R] [--concurrency C] [--max-in-flight M] [--stall-seconds S]
@@ -101,6 +106,12 @@ from bench._common import (  # noqa: E402
     tree_cpu,
 )
 from bench._fakes import KEY_ID, TEAM_ID, TOPIC, FakeApnsServer, start_fake  # noqa: E402
+from bench._quiet import (  # noqa: E402
+    PATHOLOGICAL_PEOPLE,
+    pathological_doc,
+    snooze_doc,
+    store_quiet,
+)
 from bench.http2_clients import run_client  # noqa: E402
 from bothy_notify.config import structure_config  # noqa: E402
 from bothy_notify.kernel.clock import to_unix_micros  # noqa: E402
@@ -189,9 +200,9 @@ def seed_unread(url: str, regs: list[tuple[str, str]]) -> None:
         )
 
 
-QUIET_MODES = ("none", "set", "held")
+QUIET_MODES = ("none", "set", "held", "snooze60", "dst14")
 """``--quiet``'s batches: nobody with quiet hours, everybody's set but not quiet
-now, everybody snoozed."""
+now, everybody snoozed, 60 people snoozed, 60 people with the pathological schedule."""
 
 
 def set_quiet(url: str, regs: list[tuple[str, str]], mode: str) -> None:
@@ -208,18 +219,19 @@ def set_quiet(url: str, regs: list[tuple[str, str]], mode: str) -> None:
             "snooze_until": None,
             "breakthrough": ["mentions"],
         }
+    elif mode == "dst14":
+        doc = pathological_doc()
     else:
-        snooze = (now + timedelta(hours=1)).isoformat().replace("+00:00", "Z")
-        doc = {"time_zone": "UTC", "schedule": [], "snooze_until": snooze, "breakthrough": []}
+        doc = snooze_doc(now)
+    people = [u for _, u in regs]
+    if mode in ("snooze60", "dst14"):  # the same 60 people, spread over the batch
+        people = people[:: max(1, len(people) // PATHOLOGICAL_PEOPLE)][:PATHOLOGICAL_PEOPLE]
     with psycopg.connect(url) as conn, conn.cursor() as cur:
         cur.execute("DELETE FROM bothy.quiet_hours")
         cur.execute("DELETE FROM bothy.held_pushes")
         cur.execute("DELETE FROM bothy.jobs WHERE kind = 'notify.quiet_summary'")
         if mode != "none":
-            cur.executemany(
-                "INSERT INTO bothy.quiet_hours (user_id, doc, updated_at) VALUES (%s, %s, %s)",
-                [(u, psycopg.types.json.Jsonb(doc), now) for _, u in regs],
-            )
+            store_quiet(cur, [(u, doc) for u in people])
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE bothy.quiet_hours")
 
@@ -991,6 +1003,9 @@ def report_quiet(args: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
         },
         ratio_set=round(sum(figures["set"][:2]) / base, 3),
         ratio_held=round(sum(figures["held"][:2]) / base, 3),
+        ratio_snooze60=round(sum(figures["snooze60"][:2]) / base, 3),
+        ratio_dst14=round(sum(figures["dst14"][:2]) / base, 3),
+        ratio_dst14_to_snooze60=round(sum(figures["dst14"][:2]) / sum(figures["snooze60"][:2]), 3),
         rounds=args.rounds,
         jobs=args.jobs,
         fake=args.fake,
@@ -1090,7 +1105,7 @@ def main() -> None:
         "--quiet",
         action="store_true",
         help="the quiet-hours check's cost: --rounds alternations of nobody set, set but"
-        " not quiet, and held",
+        " not quiet, held, 60 people snoozed, and 60 with the pathological schedule",
     )
     args = parser.parse_args()
     if args.quiet and (

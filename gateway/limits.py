@@ -85,6 +85,12 @@ class Cooldowns:
     after 4029 anyway; only those that do not are refused. (The session holds
     every 4029 back until then, too: see :mod:`gateway.session`.)
 
+    This is the process's own record, checked before any database work. The
+    session also writes the cooldown's end on the device's row, which every
+    identify reads, so a device that reconnects to another process
+    (``server.processes``) or node is refused there as well, after its identify
+    transaction (:func:`gateway.queries.identify_many`).
+
     Args:
         limit: entries kept at most (the oldest expire first; past it the
             expired ones are dropped).

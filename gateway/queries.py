@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from bothy_notify.auth import DeviceClaims
-from bothy_notify.store import people, projections
+from bothy_notify.store import people, projections, registrations
 from bothy_notify.store.access import may_read, readable_threads
 from bothy_notify.store.db import Conn
 from bothy_notify.store.marks import Clearing
@@ -22,8 +22,9 @@ DEACTIVATED = people.DEACTIVATED
 """What :func:`identify` answers for a person the app deactivated."""
 
 
-Identified = tuple[str, list[tuple[str, int]]]
-"""What :func:`identify` answers: the device's state and the unread snapshot."""
+Identified = tuple[str, list[tuple[str, int]], float]
+"""What :func:`identify` answers: the device's state, the unread snapshot, and the
+seconds left of the device's 4029 cooldown (0: none)."""
 
 _REFUSED = ("revoked", people.DEACTIVATED)
 
@@ -32,9 +33,11 @@ def identify(conn: Conn, *, claims: DeviceClaims) -> Identified:
     """Create or update the device row from the claims; the unread snapshot.
 
     Returns the device's state (``revoked`` means refuse), or
-    :data:`DEACTIVATED` for a deactivated person (nothing written), and, unless
-    refused, the person's followed, readable threads with unread messages as
-    ``(thread_id, unread)`` pairs.
+    :data:`DEACTIVATED` for a deactivated person (nothing written); unless
+    refused or cooling down, the person's followed, readable threads with unread
+    messages as ``(thread_id, unread)`` pairs; and the seconds left of the
+    device's cooldown after a 4029 close on any process or node
+    (:func:`start_cooldown`; the identify is then refused with 4029).
     """
     return identify_many(conn, [claims])[0]
 
@@ -42,15 +45,23 @@ def identify(conn: Conn, *, claims: DeviceClaims) -> Identified:
 def identify_many(conn: Conn, claims: Sequence[DeviceClaims]) -> list[Identified]:
     """:func:`identify` for many connections in one transaction (four statements),
     each one's answer in order: what identifying them one by one would answer."""
-    states = people.admit_devices(
+    rows = people.admit_devices(
         conn, [(c.user_id, c.device_id, c.platform, c.kind) for c in claims]
     )
-    admitted = {c.user_id for c, state in zip(claims, states, strict=True) if state not in _REFUSED}
-    unread = unread_threads_of(conn, admitted)
+    served = [r.state not in _REFUSED and r.cooling <= 0 for r in rows]
+    unread = unread_threads_of(
+        conn, {c.user_id for c, ok in zip(claims, served, strict=True) if ok}
+    )
     return [
-        (state, [] if state in _REFUSED else unread.get(c.user_id, []))
-        for c, state in zip(claims, states, strict=True)
+        (r.state, unread.get(c.user_id, []) if ok else [], r.cooling)
+        for c, r, ok in zip(claims, rows, served, strict=True)
     ]
+
+
+def start_cooldown(conn: Conn, *, user_id: str, device_id: str, seconds: float) -> None:
+    """Refuse the device at identify for ``seconds``, on every process and node: a 4029
+    close (:func:`bothy_notify.store.registrations.start_cooldown`)."""
+    registrations.start_cooldown(conn, user_id=user_id, device_id=device_id, seconds=seconds)
 
 
 def unread_threads(conn: Conn, user_id: str) -> list[tuple[str, int]]:
@@ -109,6 +120,7 @@ __all__ = [
     "may_read",
     "readable_threads",
     "revoked_among",
+    "start_cooldown",
     "unread_threads",
     "unread_threads_of",
 ]

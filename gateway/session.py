@@ -10,8 +10,11 @@ nursery (:class:`QueueWriter`), each write bounded by ``sync.write_timeout``
   -> ``hub.close(conn, its close)``; frames past the connection's bucket:
   4029 (``bothy_gateway_rate_limited_total``), sent once the bucket would be
   full again (``ops_burst / ops_per_second`` seconds; nothing is read
-  meanwhile), and the device is refused with 4029 at identify until then
-  (:class:`~gateway.limits.Cooldowns`);
+  meanwhile), and the device is refused with 4029 at identify until then: at
+  once by this process (:class:`~gateway.limits.Cooldowns`, before any database
+  work), and by every process and node through the device's row, where the
+  cooldown's end is written while the close is held back
+  (:func:`gateway.queries.start_cooldown`; an identify elsewhere reads it);
 - the server decides (replacement 4017, revocation or deactivation 4010,
   shutdown 1001, a stalled write 4014, the token's expiry 4001, the limit of
   unidentified connections 4008, a timeout 4003 or 4009): ``hub.close``
@@ -264,6 +267,7 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
     ctx.timeouts.watch(conn.serial, conn.idle_since)
     peer_code: int | None = None
     hold_until = 0.0
+    cooldown = 0.0  # seconds of a 4029 cooldown to share with every process and node
     try:
         if not hub.accepting:
             hub.close(conn, SHUTDOWN)
@@ -284,7 +288,8 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
             except TooManyFrames:
                 ctx.rate_limited()
                 settings = ctx.settings
-                hold_until = trio.current_time() + settings.ops_burst / settings.ops_per_second
+                cooldown = settings.ops_burst / settings.ops_per_second
+                hold_until = trio.current_time() + cooldown
                 if conn.device_id:
                     ctx.cooldowns.start((conn.user_id, conn.device_id), hold_until)
                 hub.close(conn, TOO_MANY_FRAMES)
@@ -302,6 +307,8 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
             # read, so a flooding client waits on its own socket instead of
             # reconnecting (the node's shutdown ends the wait).
             with trio.move_on_at(hold_until):
+                if cooldown and conn.device_id:
+                    await _share_cooldown(ctx, conn.user_id, conn.device_id, cooldown)
                 await hub.stopping.wait()
         if close is not None:
             with trio.CancelScope(shield=True), trio.move_on_after(ctx.settings.write_timeout):
@@ -309,6 +316,23 @@ async def serve_session(transport: Transport, nursery: trio.Nursery, ctx: Sessio
     finally:
         ctx.expiry.forget(conn)
         hub.ended(conn, peer_code)
+
+
+async def _share_cooldown(
+    ctx: SessionContext, user_id: str, device_id: str, seconds: float
+) -> None:
+    """Write the device's 4029 cooldown on its row, so that an identify on any process
+    or node refuses it (this process's :class:`Cooldowns` already does). A database
+    that cannot take it leaves the cooldown to this process, logged."""
+    try:
+        await ctx.db.run(
+            partial(queries.start_cooldown, user_id=user_id, device_id=device_id, seconds=seconds)
+        )
+    except StoreError as exc:
+        log.warning(
+            "a 4029 cooldown was not stored: only this process refuses the device",
+            extra={"error_type": type(exc).__name__},
+        )
 
 
 async def _converse(transport: Transport, conn: Connection, ctx: SessionContext) -> None:
@@ -360,11 +384,16 @@ async def _identify(op: Identify, conn: Connection, ctx: SessionContext) -> None
     assert conn.transport is not None
     conn.transport.identified()
     ctx.expiry.watch(conn, claims.expires_at)
-    state, unread = await ctx.identifies.identify(claims)
+    state, unread, cooling = await ctx.identifies.identify(claims)
     if state == "revoked":
         raise ProtocolViolation(REVOKED)
     if state == queries.DEACTIVATED:
         raise ProtocolViolation(DEACTIVATED)
+    if cooling > 0:  # closed with 4029 on another process or node
+        until = trio.current_time() + cooling
+        ctx.cooldowns.start((claims.user_id, claims.device_id), until)
+        ctx.rate_limited()
+        raise Throttled(TOO_MANY_FRAMES, until)
     await conn.put_all(
         (ready_frame(claims.user_id, claims.device_id), unread_frame(unread), CATCHUP_COMPLETE)
     )

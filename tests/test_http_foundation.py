@@ -80,7 +80,10 @@ async def test_events_refuse_malformed_json_oversized_batches_and_bodies(launch:
         json={"events": [message(i) for i in (1, 2, 3)]},
         token=producer_token(),
     )
-    assert (many.status_code, many.json()["error"]["code"]) == (413, "too_large")
+    assert (many.status_code, many.json()["error"]) == (
+        422,
+        {"code": "invalid", "message": "events: too many items (server.max_batch_events)"},
+    )
     big = await node.request(
         "POST", "/v1/events", content=b"{" + b" " * 4000 + b"}", token=producer_token()
     )

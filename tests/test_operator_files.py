@@ -300,6 +300,8 @@ def test_compose_publishes_the_listeners_and_checks_readiness() -> None:
     config = load_config_text("", env=_daemon_env())
     published = {int(str(p).rsplit(":", 1)[1]) for p in daemon["ports"]}
     assert published == {_port(config.server.api_listen), _port(config.server.gateway_listen)}
+    # Plain HTTP and /metrics: on the host's loopback only, for a proxy in front.
+    assert all(str(p).startswith("127.0.0.1:") for p in daemon["ports"])
     assert config.server.api_listen.startswith("0.0.0.0:")
     check = " ".join(daemon["healthcheck"]["test"])
     assert f"http://127.0.0.1:{_port(config.server.api_listen)}/readyz" in check

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
 import shutil
@@ -117,23 +118,101 @@ def test_a_watchdog_meant_for_another_process_is_not_kept() -> None:
     assert not Notifier.from_environment({}).enabled
 
 
-def test_a_socket_that_is_gone_is_reported_once_and_never_raises(
+FAILING = "cannot notify the service manager; trying again with the next message"
+AGAIN = "notifying the service manager again"
+
+
+def _count(caplog: pytest.LogCaptureFixture, message: str) -> int:
+    return [r.getMessage() for r in caplog.records].count(message)
+
+
+def test_a_socket_that_is_gone_is_reported_throttled_and_never_raises(
     short_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def reports() -> int:
-        return [r.getMessage() for r in caplog.records].count(
-            "cannot notify the service manager; not trying again"
-        )
-
-    notifier = Notifier(str(short_dir / "nobody-listens"))
+    clock = [0.0]
+    notifier = Notifier(str(short_dir / "nobody-listens"), monotonic=lambda: clock[0])
     assert not notifier.ready()
     assert not notifier.watchdog()
+    clock[0] += 59
+    assert not notifier.watchdog()
+    assert (_count(caplog, FAILING), notifier.failed_sends) == (1, 3)
+    clock[0] += 1  # a minute after the first warning: the next failure warns again
+    assert not notifier.watchdog()
+    assert _count(caplog, FAILING) == 2
+    (last,) = [r for r in caplog.records if r.getMessage() == FAILING][1:]
+    assert last.__dict__["failed_sends"] == 3  # the three since the first warning
     notifier.close()
-    assert reports() == 1
+
+
+def test_an_address_that_can_never_work_is_reported_once_and_not_tried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     relative = Notifier("relative/path")
     assert not relative.ready()
+    assert not relative.watchdog()
     relative.close()
-    assert reports() == 2
+    message = "NOTIFY_SOCKET is neither a path nor an abstract address; not notifying"
+    assert _count(caplog, message) == 1
+    assert relative.failed_sends == 0
+
+
+def test_a_send_that_failed_is_tried_again_when_the_socket_is_back(
+    short_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As at ``systemctl daemon-reexec``: the manager's socket is removed and created
+    again at the same path; the next message reaches the new one."""
+    caplog.set_level(logging.INFO, logger="bothy.systemd")
+    path = str(short_dir / "notify")
+    notifier = Notifier(path, watchdog_usec=2_000_000, monotonic=lambda: 0.0)
+    with _listener(path) as sock:
+        assert notifier.watchdog()
+        assert _receive(sock).fields == {"WATCHDOG": "1"}
+    os.unlink(path)  # the manager went away (its socket closed and removed)
+
+    assert not notifier.watchdog()
+    assert not notifier.watchdog()
+
+    with _listener(path) as again:  # ... and came back
+        assert notifier.watchdog()
+        assert _receive(again).fields == {"WATCHDOG": "1"}
+        assert notifier.ready("serving")
+        assert _receive(again).fields == {"READY": "1", "STATUS": "serving"}
+    notifier.close()
+    assert (_count(caplog, FAILING), _count(caplog, AGAIN), notifier.failed_sends) == (1, 1, 2)
+
+
+def test_the_watchdog_keeps_pinging_through_a_manager_that_was_gone(short_dir: Path) -> None:
+    path = str(short_dir / "notify")
+    notifier = Notifier(path, watchdog_usec=2_000_000)  # a ping every second
+    received: list[bytes] = []
+
+    def drain(sock: socket.socket) -> None:
+        sock.setblocking(False)
+        while True:
+            try:
+                received.append(sock.recv(64))
+            except BlockingIOError:
+                return
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            first = _listener(path)
+            nursery.start_soon(notifier.keep_watchdog)
+            await trio.sleep(0.5)  # the ping at 0 s
+            drain(first)
+            first.close()
+            os.unlink(path)
+            await trio.sleep(2.0)  # the pings at 1 and 2 s fail
+            second = _listener(path)
+            await trio.sleep(2.0)  # those at 3 and 4 s reach the new socket
+            drain(second)
+            second.close()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    notifier.close()
+    assert received == [b"WATCHDOG=1"] * 3
+    assert notifier.failed_sends == 2
 
 
 def test_the_watchdog_pings_every_half_timeout() -> None:

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from bothy_notify.api.context import ApiContext, producer_claims, read_json
-from bothy_notify.api.errors import ApiError, invalid, too_large
+from bothy_notify.api.errors import ApiError, invalid
 from bothy_notify.store import append_keys
 from bothy_notify.store import events as eventlog
 from bothy_notify.store.db import Conn
@@ -108,7 +108,9 @@ def _events_of(ctx: ApiContext, body: Any) -> list[tuple[str, dict[str, Any]]]:
     if not raw:
         raise invalid("events", "too few items")
     if len(raw) > ctx.config.server.max_batch_events:
-        raise too_large("too many events in one batch (server.max_batch_events)")
+        # The served document's maxItems: a body against the schema (422), not one too
+        # large to read (413 is for bytes, server.max_body_bytes).
+        raise invalid("events", "too many items (server.max_batch_events)")
     # App hints belong to the app's own categories (SPEC section 6), never a built-in one.
     categories = set(ctx.config.notify.categories)
     out: list[tuple[str, dict[str, Any]]] = []

@@ -3,11 +3,12 @@
 Both answer ``{"time_zone", "schedule": [{"days", "start", "end"}],
 "snooze_until", "breakthrough"}``; a person who never set any has the default
 (UTC, no schedule, no snooze, no breakthrough), and a snooze that has ended reads
-as ``null``. ``PUT`` replaces the whole settings (a field left out takes its
-default, so ``{}`` clears them) and answers 422 naming the first field that is
-wrong (:func:`~bothy_notify.notify.domain.quiet.parse_quiet_hours`), storing
-nothing. A change during a quiet period that held pushes moves the period's
-summary to the new end: now, when the person is no longer quiet.
+as ``null``; one more than 30 days ahead is capped there and reads capped.
+``PUT`` replaces the whole settings (a field left out takes its default, so
+``{}`` clears them) and answers 422 naming the first field that is wrong
+(:func:`~bothy_notify.notify.domain.quiet.parse_quiet_hours`), storing nothing.
+A change during a quiet period that held pushes moves the period's summary to
+the new end: now, when the person is no longer quiet.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ PROBLEMS = {
     "schedule": "expected a list of at most 14 entries",
     "schedule.days": "expected distinct days of mon, tue, wed, thu, fri, sat, sun",
     "schedule.start": "expected HH:MM",
-    "schedule.end": "expected HH:MM, not equal to start",
-    "snooze_until": "expected an RFC 3339 time with an offset, at most 30 days ahead",
+    "schedule.end": "expected HH:MM",
+    "snooze_until": "expected an RFC 3339 time with an offset",
     "breakthrough": "expected a list of configured categories",
 }
 """The constant problem of each field :class:`QuietHoursInvalid` can name."""

@@ -96,7 +96,7 @@ class ServerConfig:
         default=1_048_576, metadata=_meta("largest HTTP request body (413 above)", min=1024)
     )
     max_batch_events: int = field(
-        default=1000, metadata=_meta("most events in one POST /v1/events (413 above)", min=1)
+        default=1000, metadata=_meta("most events in one POST /v1/events (422 above)", min=1)
     )
     header_timeout: timedelta = field(
         default=_d("5s"),

@@ -22,8 +22,16 @@ sent                                when
 
 This is the protocol libsystemd's ``sd_notify(3)`` implements, written here with
 the standard library (no new dependency). Sending never raises and never
-blocks: a missing or broken socket is logged once and the daemon goes on
-(systemd is a convenience, not a dependency of serving).
+blocks, and the daemon goes on whatever the socket does (systemd is a
+convenience, not a dependency of serving). A send that fails is not the end of
+the conversation: the socket may be back for the next message (it is created
+anew at ``systemctl daemon-reexec``), and a watchdog that stopped pinging
+would have systemd kill a healthy daemon ``WatchdogSec`` later. So every
+message is tried, on a new socket after a failure; only the warning is
+throttled (the first failure, then at most one every :data:`LOG_EVERY` seconds
+with the count since, and one line once a send works again). A full queue
+(``EAGAIN``) loses that message only. An address that can never work (neither
+a path nor an abstract name) is reported once and not tried.
 
 :meth:`Notifier.from_environment` removes ``NOTIFY_SOCKET``, ``WATCHDOG_USEC``
 and ``WATCHDOG_PID`` from the environment, as ``sd_notify(unset_environment=1)``
@@ -38,7 +46,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 
 import trio
 
@@ -47,6 +55,8 @@ log = logging.getLogger("bothy.systemd")
 NOTIFY_SOCKET_ENV = "NOTIFY_SOCKET"
 WATCHDOG_USEC_ENV = "WATCHDOG_USEC"
 WATCHDOG_PID_ENV = "WATCHDOG_PID"
+LOG_EVERY = 60.0
+"""Seconds between two warnings about failing sends (every message is still tried)."""
 
 
 class Notifier:
@@ -55,13 +65,26 @@ class Notifier:
     Args:
         address: the socket's address as ``$NOTIFY_SOCKET`` gives it (``None``: none).
         watchdog_usec: the watchdog's timeout in microseconds (``None``: no watchdog).
+        monotonic: seconds of a monotonic clock, for throttling the warnings.
     """
 
-    def __init__(self, address: str | None, watchdog_usec: int | None = None) -> None:
+    def __init__(
+        self,
+        address: str | None,
+        watchdog_usec: int | None = None,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.address = address or None
         self.watchdog_usec = watchdog_usec if watchdog_usec and watchdog_usec > 0 else None
+        self._monotonic = monotonic
         self._sock: socket.socket | None = None
-        self._failed = False
+        self._invalid = False
+        self._failing = False
+        self._unreported = 0  # failed sends since the last warning
+        self._warned_at: float | None = None
+        self.failed_sends = 0
+        """Sends that failed so far (statistics, tests)."""
 
     def __repr__(self) -> str:
         return f"Notifier(enabled={self.enabled}, watchdog_usec={self.watchdog_usec})"
@@ -99,26 +122,54 @@ class Notifier:
         return None if self.watchdog_usec is None else self.watchdog_usec / 2_000_000
 
     def notify(self, *assignments: str) -> bool:
-        """Send ``assignments`` (``"READY=1"``, ...) in one datagram; whether it was sent."""
-        if self.address is None or self._failed:
+        """Send ``assignments`` (``"READY=1"``, ...) in one datagram; whether it was sent.
+
+        A failed send is tried again with the next message, on a new socket (see the
+        module docstring); it never raises.
+        """
+        if self.address is None or self._invalid:
+            return False
+        try:
+            address = _sockaddr(self.address)
+        except ValueError:
+            self._invalid = True
+            log.warning("NOTIFY_SOCKET is neither a path nor an abstract address; not notifying")
             return False
         try:
             if self._sock is None:
                 self._sock = socket.socket(
                     socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
                 )
-            self._sock.sendto("\n".join(assignments).encode(), _sockaddr(self.address))
+            self._sock.sendto("\n".join(assignments).encode(), address)
         except BlockingIOError:
             return False  # the manager's queue is full: this message is lost, not the next
-        except (OSError, ValueError) as exc:
-            # Once: a service manager that went away does not fill the log.
-            self._failed = True
-            log.warning(
-                "cannot notify the service manager; not trying again",
-                extra={"error_type": type(exc).__name__},
-            )
+        except OSError as exc:
+            self._send_failed(exc)
             return False
+        if self._failing:
+            self._failing = False
+            log.info(
+                "notifying the service manager again",
+                extra={"failed_sends": self._unreported},
+            )
+            self._unreported = 0
         return True
+
+    def _send_failed(self, exc: OSError) -> None:
+        """Count a failed send, drop the socket (the next message makes a new one) and
+        warn, throttled to one warning every :data:`LOG_EVERY` seconds."""
+        self.close()
+        self._failing = True
+        self.failed_sends += 1
+        self._unreported += 1
+        now = self._monotonic()
+        if self._warned_at is None or now - self._warned_at >= LOG_EVERY:
+            self._warned_at = now
+            log.warning(
+                "cannot notify the service manager; trying again with the next message",
+                extra={"error_type": type(exc).__name__, "failed_sends": self._unreported},
+            )
+            self._unreported = 0
 
     def ready(self, status: str = "") -> bool:
         """``READY=1``: the service serves."""

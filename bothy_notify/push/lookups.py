@@ -79,9 +79,7 @@ class _Lookup:
 
 
 @functools.lru_cache(maxsize=1024)
-def route(host: str, port: int, address: IPAddress) -> tuple[str, str]:
-    """(the origin of ``host:port``; libcurl's ``CONNECT_TO`` to the checked ``address``)."""
-    authority = f"[{host}]" if ":" in host else host
-    origin = f"https://{authority}" if port == 443 else f"https://{authority}:{port}"
+def connect_to(host: str, port: int, address: IPAddress) -> str:
+    """libcurl's ``CONNECT_TO`` from ``host:port`` to the checked ``address``."""
     literal = f"[{address}]" if address.version == 6 else str(address)
-    return origin, f"{host}:{port}:{literal}:{port}"
+    return f"{host}:{port}:{literal}:{port}"

@@ -7,8 +7,10 @@ A registration carries a browser's ``PushSubscription.toJSON()`` as
 never moves between people), its ``keys`` (``p256dh``, the browser's P-256
 public key, and ``auth``, a 16-byte secret) are stored as the registration's
 key material (never returned) and its ``expirationTime`` as the registration's
-expiry. An endpoint must be https and its host in
-``push.webpush.allowed_endpoints`` (exact or ``*.suffix``).
+expiry. An endpoint must be https, its port (if any) 1-65535, and its host in
+``push.webpush.allowed_endpoints`` (exact or ``*.suffix``); it is stored in one
+spelling (:class:`Endpoint`: the host lower-cased without a trailing dot, no
+``:443``), the VAPID ``aud`` is its origin.
 
 One send (:meth:`WebPushProvider.send`):
 
@@ -26,8 +28,9 @@ One send (:meth:`WebPushProvider.send`):
 4. the content-free payload (the same JSON every provider sends) is encrypted
    for the subscription: an ephemeral P-256 key pair per message, ECDH with
    ``p256dh`` and HKDF with ``auth`` (``cryptography``), then the ``aes128gcm``
-   content coding by ``http-ece`` (AES-128-GCM, one record);
-4. ``POST`` to the endpoint with ``TTL`` (``push.max_age``), ``Urgency`` (the
+   content coding by ``http-ece`` (AES-128-GCM, one record); a body over
+   :data:`BODY_MAX` (4,096 bytes) is rejected without a send;
+5. ``POST`` to the endpoint with ``TTL`` (``push.max_age``), ``Urgency`` (the
    message's, else ``normal``), ``Topic`` (a base64url digest of the thread id
    cut to 32 characters: pushes collapse by thread without naming it),
    ``Content-Encoding: aes128gcm`` and ``Authorization: vapid t=<JWT>, k=<public
@@ -84,7 +87,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from bothy_notify.config import ConfigError, Secret, WebPushSettings
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.push.http2 import Http2Client
-from bothy_notify.push.lookups import SharedLookups, route
+from bothy_notify.push.lookups import SharedLookups, connect_to
 from bothy_notify.push.port import (
     Message,
     Outcome,
@@ -167,11 +170,54 @@ def unb64url(text: object) -> bytes | None:
 
 
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+={0,2}")
-_STORED_ENDPOINT = re.compile(
-    r"https://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::([0-9]{1,5}))?(?:/[\x21-\x7e]*)?"
+_ENDPOINT = re.compile(
+    r"https://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::([0-9]{1,5}))?((?:/[\x21-\x7e]*)?)"
 )
-"""An endpoint as stored (checked in full at registration): its host and port, read
-at every send without building a URL object."""
+"""An endpoint's host, port and path, read at registration and at every send without
+building a URL object (the rest of the URL's rules: :func:`_endpoint_url`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A push service endpoint in its one spelling: the host lower-cased without a
+    trailing dot (an IPv6 literal without brackets), the port 1-65535 (443 when the
+    URL names none), and the path as given.
+
+    :attr:`origin` is the VAPID JWT's ``aud`` (RFC 8292: the origin of the push
+    resource, RFC 6454's serialisation, the default port left out) and :attr:`url`
+    what a registration stores and a send posts to.
+    """
+
+    host: str
+    port: int
+    path: str
+
+    @property
+    def origin(self) -> str:
+        authority = f"[{self.host}]" if ":" in self.host else self.host
+        return f"https://{authority}" if self.port == 443 else f"https://{authority}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return self.origin + self.path
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_endpoint(text: str) -> Endpoint | None:
+    """``text`` as an :class:`Endpoint`, or ``None`` when it is not an https URL of the
+    endpoint's form or its port is outside 1-65535 (written without leading zeros)."""
+    match = _ENDPOINT.fullmatch(text)
+    if match is None:
+        return None
+    name, port_text, path = match.groups()
+    host = name[1:-1].lower() if name.startswith("[") else name.lower().rstrip(".")
+    if not host:
+        return None
+    if port_text is None:
+        return Endpoint(host, 443, path)
+    if port_text.startswith("0") or not 1 <= int(port_text) <= 65_535:
+        return None
+    return Endpoint(host, int(port_text), path)
 
 
 def public_key_b64(key: ec.EllipticCurvePrivateKey) -> str:
@@ -280,8 +326,12 @@ def registrant(body: Mapping[str, Any]) -> Registrant | Refusal:
         return Refusal("subscription.endpoint", "required: an https URL")
     if len(endpoint) > TOKEN_MAX:
         return Refusal("subscription.endpoint", f"longer than {TOKEN_MAX} characters")
-    if _endpoint_url(endpoint) is None or _STORED_ENDPOINT.fullmatch(endpoint) is None:
-        return Refusal("subscription.endpoint", "expected an https URL without credentials")
+    parsed = parse_endpoint(endpoint)
+    if _endpoint_url(endpoint) is None or parsed is None:
+        return Refusal(
+            "subscription.endpoint",
+            "expected an https URL without credentials, its port 1-65535 if any",
+        )
     keys = subscription.get("keys")
     if not isinstance(keys, dict):
         return Refusal("subscription.keys", "required: an object with p256dh and auth")
@@ -309,7 +359,8 @@ def registrant(body: Mapping[str, Any]) -> Registrant | Refusal:
                 "subscription.expirationTime", "expected null or milliseconds since the epoch"
             )
         expires_at = datetime.fromtimestamp(expires / 1000, UTC)
-    return Registrant(endpoint, secret=pack_keys(p256dh, auth), expires_at=expires_at)
+    # Stored in its one spelling: the same subscription in another case is the same token.
+    return Registrant(parsed.url, secret=pack_keys(p256dh, auth), expires_at=expires_at)
 
 
 def pushkey_registrant(
@@ -603,10 +654,10 @@ class WebPushProvider:
     async def check_registration(self, token: str) -> tuple[str, str] | None:
         """Refuse an endpoint whose host is not in ``allowed_endpoints``."""
         await trio.lowlevel.checkpoint()
-        url = _endpoint_url(token)
-        if url is None:
+        endpoint = parse_endpoint(token)
+        if _endpoint_url(token) is None or endpoint is None:
             return ("subscription.endpoint", "expected an https URL without credentials")
-        if not host_allowed(url.host, self._allowed):
+        if not host_allowed(endpoint.host, self._allowed):
             return (
                 "subscription.endpoint",
                 f"the push service's host is not in {self._key}.allowed_endpoints",
@@ -640,15 +691,16 @@ class WebPushProvider:
         """
         if target.expires_at is not None and self._clock.now() >= target.expires_at:
             return Outcome.dead(EXPIRED)
-        endpoint = _STORED_ENDPOINT.fullmatch(target.token)
+        # Parsed again (cached): a registration stored before the one spelling, or with a
+        # port outside 1-65535, is read the way a new one would be.
+        endpoint = parse_endpoint(target.token)
         if endpoint is None:
             return Outcome.rejected("not_https")
-        host, port_text = endpoint.group(1).strip("[]"), endpoint.group(2)
-        port = int(port_text) if port_text else 443
+        host, port = endpoint.host, endpoint.port
         keys = unpack_keys(target.signing_key)
         if keys is None:
             return Outcome.rejected("bad_subscription_keys")
-        waiting = self.backoff.left(target.token, self._clock.now())
+        waiting = self.backoff.left(endpoint.url, self._clock.now())
         if waiting is not None:
             # The endpoint asked us to slow down: not contacted before its Retry-After.
             return Outcome.transient(RATE_LIMITED, waiting)
@@ -671,7 +723,6 @@ class WebPushProvider:
         if not self._allow_private and any(is_blocked_address(a) for a in addresses):
             # Logged with what to check by the token lifecycle (rejections).
             return Outcome.rejected("private_address")
-        origin, connect_to = route(host, port, addresses[0])
         try:
             content = encrypt(self.body(message), *keys)
         except (ValueError, http_ece.ECEException):
@@ -679,11 +730,11 @@ class WebPushProvider:
         if len(content) > BODY_MAX:
             return Outcome.rejected("too_large")
         answer = await self._client.request(
-            target.token,
-            self.headers(message, origin),
+            endpoint.url,
+            self.headers(message, endpoint.origin),
             content,
             bound=max(0.001, deadline - trio.current_time()),
-            connect_to=connect_to,
+            connect_to=connect_to(host, port, addresses[0]),
         )
         if isinstance(answer, NoAnswer):
             return webpush_outcome(answer)
@@ -692,7 +743,7 @@ class WebPushProvider:
             answer.status, parse_retry_after(answer.header("retry-after"), now)
         )
         if answer.status == 429 and outcome.retry_after is not None:
-            self.backoff.note(target.token, now + outcome.retry_after)
+            self.backoff.note(endpoint.url, now + outcome.retry_after)
         if answer.status in OUR_MISTAKE and self._throttle.allow(outcome.reason):
             log.warning(
                 "a Web Push service refused our request (HTTP %d): check %s.vapid_private_key"

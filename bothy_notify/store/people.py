@@ -19,15 +19,19 @@ def admit_device(
     app deactivated the person, else the device's state after creating or
     updating its row (``revoked`` means refuse; see
     :func:`bothy_notify.store.registrations.ensure_device`)."""
-    return admit_devices(conn, [(user_id, device_id, platform, principal_kind)])[0]
+    return admit_devices(conn, [(user_id, device_id, platform, principal_kind)])[0].state
 
 
-def admit_devices(conn: Conn, claims: Sequence[registrations.DeviceClaim]) -> list[str]:
+def admit_devices(
+    conn: Conn, claims: Sequence[registrations.DeviceClaim]
+) -> list[registrations.DeviceRow]:
     """:func:`admit_device` for many tokens' claims (person, device id, platform,
-    principal kind) in three statements: each one's answer, in order."""
+    principal kind) in three statements: each one's row (its state and 4029
+    cooldown), in order."""
     inactive = inactive_among(conn, {c[0] for c in claims})
-    states = registrations.ensure_devices(conn, [c for c in claims if c[0] not in inactive])
-    return [DEACTIVATED if c[0] in inactive else states[(c[0], c[1])] for c in claims]
+    rows = registrations.ensure_devices(conn, [c for c in claims if c[0] not in inactive])
+    refused = registrations.DeviceRow(DEACTIVATED)
+    return [refused if c[0] in inactive else rows[(c[0], c[1])] for c in claims]
 
 
 def is_active(conn: Conn, user_id: str) -> bool:

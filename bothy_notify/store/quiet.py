@@ -1,8 +1,9 @@
 """Quiet hours in the store: each person's settings, the pushes held while they are
 quiet, and the pending summary of a quiet period (issue 20).
 
-``bothy.quiet_hours`` holds a person's settings as one JSON document, the shape
-``GET /v1/quiet-hours`` answers (the notify layer reads it:
+``bothy.quiet_hours`` holds a person's settings as one JSON document (``json``:
+the round reads it whole, as its stored text), the shape ``GET /v1/quiet-hours``
+answers (the notify layer reads it:
 :func:`bothy_notify.notify.domain.quiet.quiet_from_doc`). A push that
 ``notify.push_send`` holds becomes a row of ``bothy.held_pushes`` per (person,
 thread) (:func:`hold_many`), and the first hold of a quiet period queues the
@@ -20,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Json
 
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.store.db import Conn
@@ -78,7 +79,7 @@ def save(conn: Conn, user_id: str, doc: Mapping[str, Any], now: datetime) -> str
         "INSERT INTO bothy.quiet_hours (user_id, doc, updated_at) VALUES (%s, %s, %s)"
         " ON CONFLICT (user_id) DO UPDATE SET doc = EXCLUDED.doc, updated_at = EXCLUDED.updated_at"
         " RETURNING summary_key",
-        (user_id, Jsonb(dict(doc)), now),
+        (user_id, Json(dict(doc)), now),
     ).fetchone()
     return None if row is None or row[0] is None else str(row[0])
 

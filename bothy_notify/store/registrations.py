@@ -430,16 +430,25 @@ def ensure_device(
     unknown (a human, active), so a registering person can be reached before
     the app has sent ``user.upserted``; the app's own upsert wins later.
     """
-    states = ensure_devices(conn, [(user_id, device_id, platform, principal_kind)])
-    return states[(user_id, device_id)]
+    rows = ensure_devices(conn, [(user_id, device_id, platform, principal_kind)])
+    return rows[(user_id, device_id)].state
 
 
 DeviceClaim = tuple[str, str, str, str]
 """(person, device id, platform, principal kind) of one device token."""
 
 
-def ensure_devices(conn: Conn, claims: Sequence[DeviceClaim]) -> dict[tuple[str, str], str]:
-    """:func:`ensure_device` for many tokens in two statements: each device's state by
+@dataclass(frozen=True, slots=True)
+class DeviceRow:
+    """A device's row as an identify finds it: its state, and the seconds left of its
+    4029 cooldown (0: none; see :func:`start_cooldown`)."""
+
+    state: str
+    cooling: float = 0.0
+
+
+def ensure_devices(conn: Conn, claims: Sequence[DeviceClaim]) -> dict[tuple[str, str], DeviceRow]:
+    """:func:`ensure_device` for many tokens in two statements: each device's row by
     (person, device id).
 
     Rows are written in key order, so two concurrent calls lock them in the same
@@ -466,7 +475,18 @@ def ensure_devices(conn: Conn, claims: Sequence[DeviceClaim]) -> dict[tuple[str,
         "  platform = CASE WHEN bothy.devices.state = 'revoked' THEN bothy.devices.platform"
         "    ELSE EXCLUDED.platform END,"
         "  updated_at = now()"
-        " RETURNING user_id, device_id, state",
+        " RETURNING user_id, device_id, state,"
+        "  coalesce(extract(epoch FROM cooldown_until - now()), 0)::float8",
         (json.dumps([{"u": u, "d": d, "p": p} for (u, d), p in devices.items()]),),
     ).fetchall()
-    return {(str(r[0]), str(r[1])): str(r[2]) for r in rows}
+    return {(str(r[0]), str(r[1])): DeviceRow(str(r[2]), max(0.0, float(r[3]))) for r in rows}
+
+
+def start_cooldown(conn: Conn, *, user_id: str, device_id: str, seconds: float) -> None:
+    """Refuse the device at identify for ``seconds`` from now, on every process and node
+    (a 4029 close): the end is kept on the device's row, in the database's clock."""
+    conn.execute(
+        "UPDATE bothy.devices SET cooldown_until = now() + make_interval(secs => %s)"
+        " WHERE user_id = %s AND device_id = %s",
+        (seconds, user_id, device_id),
+    )

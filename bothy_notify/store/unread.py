@@ -42,6 +42,13 @@ _UNREAD = (
     f"{_PER_PERSON} OFFSET 0) u"
     " ORDER BY k.id, u.thread_id"
 )
+_LISTING = (
+    "SELECT b.n, l.thread_id, l.last_message_seq, l.position"
+    " FROM (SELECT %(user)s::text AS id) AS k"
+    f" CROSS JOIN LATERAL (SELECT count(*) AS n FROM ({_PER_PERSON}) p) b"
+    f" LEFT JOIN LATERAL ({_PER_PERSON} ORDER BY t.thread_id LIMIT %(limit)s) l ON true"
+    " ORDER BY l.thread_id"
+)
 _BADGES = (
     "SELECT k.id, u.n"
     " FROM json_array_elements_text(%(users)s::json) AS k(id) CROSS JOIN LATERAL ("
@@ -76,6 +83,19 @@ def unread_of(conn: Conn, user_ids: Collection[str]) -> dict[str, list[UnreadThr
     return out
 
 
+def unread_listing(conn: Conn, user_id: str, limit: int) -> tuple[int, list[UnreadThread]]:
+    """The badge of ``user_id`` (how many threads are unread, counted in SQL) and the
+    first ``limit`` of those threads by thread id (cut in SQL: a person with many
+    unread threads costs a count, never a row each), in one statement."""
+    rows = conn.execute(_LISTING, {"user": user_id, "limit": limit}).fetchall()
+    badge = int(rows[0][0]) if rows else 0
+    return badge, [
+        UnreadThread(str(thread_id), int(last_message_seq) - int(position), int(position))
+        for _n, thread_id, last_message_seq, position in rows
+        if thread_id is not None
+    ]
+
+
 def unread_threads_of(conn: Conn, user_ids: Collection[str]) -> dict[str, list[tuple[str, int]]]:
     """The ``unread`` op's ``(thread_id, unread)`` pairs of each person (one statement)."""
     return {
@@ -93,4 +113,11 @@ def badges_of(conn: Conn, user_ids: Collection[str]) -> dict[str, int]:
     return {str(user_id): int(n) for user_id, n in rows}
 
 
-__all__ = ["UNREAD_LISTING_MAX", "UnreadThread", "badges_of", "unread_of", "unread_threads_of"]
+__all__ = [
+    "UNREAD_LISTING_MAX",
+    "UnreadThread",
+    "badges_of",
+    "unread_listing",
+    "unread_of",
+    "unread_threads_of",
+]

@@ -88,10 +88,11 @@ async def test_an_empty_body_clears_the_settings(launch: Launch) -> None:
         ({"schedule": [{**WEEKNIGHTS, "start": "24:00"}]}, "schedule.start"),
         ({"schedule": [{**WEEKNIGHTS, "start": "\uff12\uff12:00"}]}, "schedule.start"),
         ({"schedule": [{**WEEKNIGHTS, "end": "07:60"}]}, "schedule.end"),
-        ({"schedule": [{**WEEKNIGHTS, "end": "22:00"}]}, "schedule.end"),
         ({"snooze_until": "2026-01-05T12:00:00"}, "snooze_until"),
         ({"snooze_until": "2026-01-05T12:00Z"}, "snooze_until"),
-        ({"snooze_until": "2026-02-04T09:00:01Z"}, "snooze_until"),
+        ({"snooze_until": "2026-02-30T09:00:00Z"}, "snooze_until"),
+        ({"snooze_until": "0000-12-31T09:00:00Z"}, "snooze_until"),
+        ({"snooze_until": "2026-01-05T12:00:00+24:00"}, "snooze_until"),
         ({"snooze_until": 1767603600}, "snooze_until"),
         ({"breakthrough": ["billing"]}, "breakthrough"),
         ({"breakthrough": ["social", "social"]}, "breakthrough"),
@@ -119,6 +120,37 @@ async def test_a_snooze_exactly_30_days_ahead_is_accepted(launch: Launch) -> Non
     node = await launch(config=SOCIAL)
     answer = await put(node, {"snooze_until": "2026-02-04T09:00:00Z"})
     assert answer.status_code == 200, answer.text
+    assert answer.json()["snooze_until"] == "2026-02-04T09:00:00Z"
+
+
+@pytest.mark.parametrize(
+    "value", ["2026-02-04T09:00:01Z", "2027-01-01T00:00:00+05:00", "9999-12-31T23:59:59-23:59"]
+)
+async def test_a_snooze_beyond_30_days_is_capped_and_reads_capped(
+    launch: Launch, value: str
+) -> None:
+    node = await launch(config=SOCIAL)
+    answer = await put(node, {"snooze_until": value})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["snooze_until"] == "2026-02-04T09:00:00Z"
+    assert (await get(node))["snooze_until"] == "2026-02-04T09:00:00Z"
+
+
+async def test_a_snooze_before_the_year_1_in_utc_is_past_not_an_error(launch: Launch) -> None:
+    """The case the issue found: ``astimezone`` overflowed and the answer was 500."""
+    node = await launch(config=SOCIAL)
+    answer = await put(node, {"snooze_until": "0001-01-01T00:00:00+01:00"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["snooze_until"] is None
+    assert (await get(node))["snooze_until"] is None
+
+
+async def test_an_entry_whose_end_equals_its_start_is_stored_as_given(launch: Launch) -> None:
+    node = await launch(config=SOCIAL)
+    whole_saturday = {"days": ["sat"], "start": "00:00", "end": "00:00"}
+    answer = await put(node, {"schedule": [whole_saturday]})
+    assert answer.status_code == 200, answer.text
+    assert (await get(node))["schedule"] == [whole_saturday]
 
 
 async def test_quiet_hours_need_a_device_token(launch: Launch) -> None:

@@ -115,10 +115,9 @@ CATS = frozenset({"mentions", "security"})
             "schedule.days",
         ),
         ({"schedule": [{"days": ["mon"], "start": "9:00", "end": "07:00"}]}, "schedule.start"),
-        ({"schedule": [{"days": ["mon"], "start": "07:00", "end": "07:00"}]}, "schedule.end"),
         ({"schedule": [{"days": ["mon"], "start": "01:00", "end": "02:00"}] * 15}, "schedule"),
         ({"snooze_until": "2026-06-01T13:00:00"}, "snooze_until"),
-        ({"snooze_until": "2026-07-02T13:00:00+00:00"}, "snooze_until"),
+        ({"snooze_until": "2026-06-31T13:00:00+00:00"}, "snooze_until"),
         ({"breakthrough": ["nope"]}, "breakthrough"),
     ],
 )
@@ -130,6 +129,28 @@ def test_invalid_body_names_its_field(body, field) -> None:
 
 def test_empty_body_is_the_default() -> None:
     assert parse_quiet_hours({}, NOW, CATS) == QuietHours()
+
+
+@pytest.mark.parametrize(
+    ("value", "stored"),
+    [
+        ("2026-07-01T12:00:00Z", "2026-07-01T12:00:00+00:00"),  # exactly 30 days: kept
+        ("2026-07-02T13:00:00+00:00", "2026-07-01T12:00:00+00:00"),  # capped
+        ("9999-12-31T23:59:59-23:59", "2026-07-01T12:00:00+00:00"),  # capped, no overflow
+        ("0001-01-01T00:00:00+01:00", "0001-01-01T00:00:00+00:00"),  # saturated, past
+        ("2026-06-30T23:59:60Z", "2026-07-01T00:00:00+00:00"),  # a leap second
+        ("2026-06-01t13:00:00.1234567890z", "2026-06-01T13:00:00.123456+00:00"),
+    ],
+)
+def test_a_snooze_is_capped_at_30_days_and_saturated(value: str, stored: str) -> None:
+    hours = parse_quiet_hours({"snooze_until": value}, NOW, CATS)
+    assert hours.snooze_until == datetime.fromisoformat(stored)
+
+
+def test_an_entry_whose_end_equals_its_start_is_accepted() -> None:
+    body: dict[str, object] = {"schedule": [{"days": ["mon"], "start": "07:00", "end": "07:00"}]}
+    hours = parse_quiet_hours(body, NOW, CATS)
+    assert hours.schedule == (QuietEntry(frozenset({"mon"}), time(7), time(7)),)
 
 
 NIGHTS = _h("Europe/Berlin", "22:00", "07:00")

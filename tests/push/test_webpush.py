@@ -4,6 +4,7 @@ decrypts every push with the subscription's private key, as the browser would.""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import logging
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ from bothy_notify.push.webpush import (
     WebPushProvider,
     generate_vapid_key,
     load_vapid_key,
+    parse_endpoint,
     public_key_b64,
     registrant,
     topic_header,
@@ -286,6 +288,39 @@ async def test_an_endpoint_whose_host_left_allowed_endpoints_is_not_contacted(
     assert service.pushes == []
 
 
+async def test_a_stored_endpoint_in_another_spelling_is_sent_in_its_one_spelling(
+    service: FakePushService, vapid: ec.EllipticCurvePrivateKey, ca_file: str, now_clock: FakeClock
+) -> None:
+    """A registration stored before endpoints had one spelling (upper case, a trailing
+    dot, ``:443`` spelled out) goes to the same push service with the same ``aud``."""
+    sender = provider(vapid, now_clock, ca_file)
+    browser = service.subscribe("s")
+    shouting = browser.endpoint.replace(HOST, HOST.upper() + ".")
+    outcome = await sender.send(dataclasses.replace(target(browser), token=shouting), MESSAGE)
+    await sender.aclose()
+    assert outcome.kind is OutcomeKind.DELIVERED
+    (push,) = service.pushes
+    assert push.claims["aud"] == f"https://{HOST}:{service.port}"
+    assert push.host == f"{HOST}:{service.port}"
+
+
+@pytest.mark.parametrize("port", ["0", "99999", "65536", "0443"])
+async def test_a_stored_endpoint_with_a_port_outside_1_to_65535_is_not_contacted(
+    service: FakePushService,
+    vapid: ec.EllipticCurvePrivateKey,
+    ca_file: str,
+    now_clock: FakeClock,
+    port: str,
+) -> None:
+    sender = provider(vapid, now_clock, ca_file)
+    browser = service.subscribe("s")
+    bad = dataclasses.replace(target(browser), token=f"https://{HOST}:{port}/push/s")
+    outcome = await sender.send(bad, MESSAGE)
+    await sender.aclose()
+    assert (outcome.kind, outcome.reason) == (OutcomeKind.REJECTED, "not_https")
+    assert service.pushes == []
+
+
 def test_the_outcome_of_no_answer_and_of_other_statuses() -> None:
     assert webpush_outcome(NoAnswer("tls_error")).ours
     assert webpush_outcome(405).kind is OutcomeKind.REJECTED
@@ -394,6 +429,88 @@ def test_an_auth_secret_that_is_not_16_bytes_is_refused(auth: bytes) -> None:
 def test_an_expiration_time_that_is_not_milliseconds_is_refused(value: object) -> None:
     found = registrant({"subscription": subscription(expirationTime=value)})
     assert isinstance(found, Refusal) and found.field == "subscription.expirationTime"
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "stored", "aud"),
+    [
+        (
+            "https://push.example.com/s/1",
+            "https://push.example.com/s/1",
+            "https://push.example.com",
+        ),
+        (
+            "https://Push.Example.COM/s/1",
+            "https://push.example.com/s/1",
+            "https://push.example.com",
+        ),
+        (
+            "https://push.example.com./s/1",
+            "https://push.example.com/s/1",
+            "https://push.example.com",
+        ),
+        (
+            "https://PUSH.example.com.:443/s",
+            "https://push.example.com/s",
+            "https://push.example.com",
+        ),
+        (
+            "https://push.example.com:1/s",
+            "https://push.example.com:1/s",
+            "https://push.example.com:1",
+        ),
+        (
+            "https://push.example.com:22/s",
+            "https://push.example.com:22/s",
+            "https://push.example.com:22",
+        ),
+        (
+            "https://push.example.com:65535/s",
+            "https://push.example.com:65535/s",
+            "https://push.example.com:65535",
+        ),
+        (
+            "https://push.example.com:8443",
+            "https://push.example.com:8443",
+            "https://push.example.com:8443",
+        ),
+        (
+            "https://[2001:DB8::1]:9000/s",
+            "https://[2001:db8::1]:9000/s",
+            "https://[2001:db8::1]:9000",
+        ),
+        ("https://push.example.com:0/s", None, None),
+        ("https://push.example.com:99999/s", None, None),
+        ("https://push.example.com:65536/s", None, None),
+        ("https://push.example.com:0443/s", None, None),
+        ("https://push.example.com:/s", None, None),
+        ("https://.../s", None, None),
+    ],
+)
+def test_an_endpoint_is_stored_in_one_spelling_with_a_port_of_1_to_65535(
+    endpoint: str, stored: str | None, aud: str | None
+) -> None:
+    found = registrant({"subscription": subscription(endpoint=endpoint)})
+    parsed = parse_endpoint(endpoint)
+    if stored is None:
+        assert isinstance(found, Refusal) and found.field == "subscription.endpoint"
+        assert parsed is None
+        return
+    assert isinstance(found, Registrant) and found.token == stored
+    assert parsed is not None and (parsed.url, parsed.origin) == (stored, aud)
+    assert parse_endpoint(stored) == parsed  # the stored spelling reads the same
+
+
+async def test_the_allowed_hosts_are_checked_on_the_one_spelling(
+    vapid: ec.EllipticCurvePrivateKey, ca_file: str, now_clock: FakeClock
+) -> None:
+    sender = provider(vapid, now_clock, ca_file, allowed=("push.example.com",))
+    assert await sender.check_registration("https://PUSH.Example.com./s") is None
+    assert await sender.check_registration("https://push.example.com:0/s") == (
+        "subscription.endpoint",
+        "expected an https URL without credentials",
+    )
+    await sender.aclose()
 
 
 def test_a_subscription_is_read_as_the_browser_gives_it() -> None:

@@ -2,15 +2,20 @@
 
 No IO and no clock reads: ``now`` is an argument. Times are wall-clock in the
 person's zone. An entry whose end is not after its start crosses midnight and
-belongs to its start day. A start or end inside a skipped hour (spring forward)
-means the first valid instant after it; a repeated hour (fall back) means its
-first occurrence.
+belongs to its start day; one whose end equals its start lasts 24 hours of wall
+clock (``00:00``-``00:00`` is the whole day, as calendars mean it). A start or end
+inside a skipped hour (spring forward) means the first valid instant after it; a
+repeated hour (fall back) means its first occurrence.
+
+Date arithmetic saturates: a ``snooze_until`` is capped at :data:`MAX_SNOOZE` after
+``now``, and one before the earliest instant a ``datetime`` holds (year 1 with a
+positive offset) is that instant, so no RFC 3339 value overflows.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from importlib import resources
@@ -51,7 +56,11 @@ def resolve_wall(day: date, at: time, zone: ZoneInfo) -> datetime:
     return low
 
 
-def _periods(hours: QuietHours, day: date, zone: ZoneInfo) -> list[tuple[datetime, datetime]]:
+Periods = list[tuple[datetime, datetime]]
+
+
+def _periods(hours: QuietHours, day: date, zone: ZoneInfo) -> Periods:
+    """The periods of the entries that start on ``day``, as UTC instants."""
     out = []
     for entry in hours.schedule:
         if DAYS[day.weekday()] not in entry.days:
@@ -61,34 +70,106 @@ def _periods(hours: QuietHours, day: date, zone: ZoneInfo) -> list[tuple[datetim
     return out
 
 
-def _covering_end(hours: QuietHours, at: datetime, zone: ZoneInfo) -> datetime | None:
+def _covering_end(
+    hours: QuietHours, at: datetime, zone: ZoneInfo, periods: dict[date, Periods]
+) -> datetime | None:
+    """The latest end of the snooze and the periods covering ``at`` (``None``: none
+    does). ``periods`` memoises each day's periods for the caller's walk."""
     best: datetime | None = None
     if hours.snooze_until is not None and at < hours.snooze_until:
         best = hours.snooze_until
     local = at.astimezone(zone).date()
     for day in (local - timedelta(days=1), local):
-        for start, end in _periods(hours, day, zone):
+        found = periods.get(day)
+        if found is None:
+            found = periods[day] = _periods(hours, day, zone)
+        for start, end in found:
             if start <= at < end and (best is None or end > best):
                 best = end
     return best
 
 
-def quiet_until(hours: QuietHours, now: datetime) -> datetime | None:
-    """The end of the quiet period covering ``now`` (contiguous periods joined); ``None``."""
+def _covering(hours: QuietHours, local: datetime) -> Iterator[tuple[int, time]]:
+    """The entries covering the wall-clock time ``local``, each as its end: (days after
+    ``local``'s date, wall time). Exact outside a repeated hour's second pass
+    (``local.fold == 0``): there an entry's start (or end) resolved to an instant is at
+    or before the instant of ``local`` exactly when its wall time is at or before
+    ``local``'s (a skipped wall time resolves to the first instant after the gap)."""
+    wall = local.time()
+    today = DAYS[local.weekday()]
+    yesterday = DAYS[local.weekday() - 1]
+    for entry in hours.schedule:
+        if entry.end > entry.start:
+            if entry.start <= wall < entry.end and today in entry.days:
+                yield 0, entry.end
+        else:  # crosses midnight: from today's start, or until yesterday's entry's end
+            if entry.start <= wall and today in entry.days:
+                yield 1, entry.end
+            if wall < entry.end and yesterday in entry.days:
+                yield 0, entry.end
+
+
+def quiet_at(hours: QuietHours, now: datetime) -> bool:
+    """Whether ``now`` is in quiet hours: snoozed, or an entry of the schedule covers it.
+
+    Answered as soon as one entry covers ``now``, after one conversion of ``now`` to
+    the person's wall clock, by comparing wall-clock times: the work is bounded by
+    the number of entries, whatever the schedule. Only during the second pass
+    through a repeated hour (fall back), where a wall time stands for two instants,
+    are yesterday's and today's entries resolved to instants (entries x 2 days).
+    The same answer as ``quiet_until(hours, now) is not None``.
+    """
+    if hours.snooze_until is not None and now < hours.snooze_until:
+        return True
+    if not hours.schedule:
+        return False
     zone = ZoneInfo(hours.time_zone)
-    end = _covering_end(hours, now, zone)
+    local = now.astimezone(zone)
+    if local.fold:
+        return _covering_end(hours, now, zone, {}) is not None
+    return next(_covering(hours, local), None) is not None
+
+
+def _chain_end(
+    hours: QuietHours, at: datetime, zone: ZoneInfo, periods: dict[date, Periods]
+) -> datetime | None:
+    """:func:`_covering_end`, resolving only the latest end of the covering entries
+    (the resolution is monotonic) outside a repeated hour's second pass."""
+    local = at.astimezone(zone)
+    if local.fold:
+        return _covering_end(hours, at, zone, periods)
+    best: datetime | None = None
+    if hours.snooze_until is not None and at < hours.snooze_until:
+        best = hours.snooze_until
+    latest = max(_covering(hours, local), default=None)
+    if latest is not None:
+        end = resolve_wall(local.date() + timedelta(days=latest[0]), latest[1], zone)
+        if best is None or end > best:
+            best = end
+    return best
+
+
+def quiet_until(hours: QuietHours, now: datetime) -> datetime | None:
+    """The end of the quiet period covering ``now``, contiguous periods joined (at
+    most ``_MAX_CHAIN`` of them); ``None`` when ``now`` is not quiet.
+
+    Only where the end is needed (a held push's summary time): the yes/no is
+    :func:`quiet_at`'s, checked first. Each step of the walk converts one instant and
+    resolves one wall time (entries x 2 days within a repeated hour's second pass).
+    """
+    if not quiet_at(hours, now):
+        return None
+    zone = ZoneInfo(hours.time_zone)
+    periods: dict[date, Periods] = {}
+    end = _chain_end(hours, now, zone, periods)
     for _ in range(_MAX_CHAIN):
         if end is None:
             return None
-        further = _covering_end(hours, end, zone)
+        further = _chain_end(hours, end, zone, periods)
         if further is None or further <= end:
             return end
         end = further
     return end
-
-
-def quiet_at(hours: QuietHours, now: datetime) -> bool:
-    return quiet_until(hours, now) is not None
 
 
 def breaks_through(hours: QuietHours, category: str) -> bool:
@@ -97,7 +178,13 @@ def breaks_through(hours: QuietHours, category: str) -> bool:
 
 
 MAX_ENTRIES = 14
+"""Entries of a schedule (two a day for a week)."""
 MAX_SNOOZE = timedelta(days=30)
+"""The furthest a snooze reaches from the moment it is set; a later one is capped."""
+EARLIEST_INSTANT = datetime.min.replace(tzinfo=UTC)
+"""The earliest instant a ``datetime`` holds: earlier values saturate to it."""
+LATEST_INSTANT = datetime.max.replace(tzinfo=UTC)
+"""The latest instant a ``datetime`` holds: later values saturate to it."""
 
 
 class QuietHoursInvalid(ValueError):
@@ -120,22 +207,53 @@ def _ascii_digits(text: str) -> bool:
 
 
 _RFC3339 = re.compile(
-    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})", re.ASCII
+    r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}):(\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})", re.ASCII
 )
 """An RFC 3339 date-time (``T`` and ``Z`` in either case): ``fromisoformat`` alone also
 takes times without seconds or offset, which the document's ``date-time`` does not."""
 
 
-def _snooze(value: object, now: datetime) -> datetime:
-    if not isinstance(value, str) or _RFC3339.fullmatch(value.upper()) is None:
-        raise QuietHoursInvalid("snooze_until")
+def saturating_add(at: datetime, delta: timedelta) -> datetime:
+    """``at + delta``, saturated at :data:`EARLIEST_INSTANT` and :data:`LATEST_INSTANT`."""
     try:
-        snooze = datetime.fromisoformat(value.upper())
-    except ValueError as exc:
-        raise QuietHoursInvalid("snooze_until") from exc
-    if snooze - now > MAX_SNOOZE:
+        return at + delta
+    except OverflowError:
+        return LATEST_INSTANT if delta > timedelta(0) else EARLIEST_INSTANT
+
+
+def saturating_utc(at: datetime) -> datetime:
+    """The aware ``at`` in UTC, saturated where UTC leaves the years 1-9999 (year 1 with
+    a positive offset, year 9999 with a negative one)."""
+    try:
+        return at.astimezone(UTC)
+    except OverflowError:
+        offset = at.utcoffset()
+        return EARLIEST_INSTANT if offset is not None and offset > timedelta(0) else LATEST_INSTANT
+
+
+def parse_rfc3339(value: object) -> datetime | None:
+    """An RFC 3339 date-time as an aware ``datetime`` (a leap second, ``:60``, is the
+    instant after ``:59``, saturated), or ``None`` when ``value`` is not one."""
+    if not isinstance(value, str):
+        return None
+    match = _RFC3339.fullmatch(value.upper())
+    if match is None:
+        return None
+    minute, second, fraction, offset = match.groups()
+    leap = second == "60"
+    text = f"{minute}:{'59' if leap else second}{(fraction or '')[:7]}{offset}"
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return saturating_add(at, timedelta(seconds=1)) if leap else at
+
+
+def _snooze(value: object, now: datetime) -> datetime:
+    snooze = parse_rfc3339(value)
+    if snooze is None:
         raise QuietHoursInvalid("snooze_until")
-    return snooze.astimezone(UTC)
+    return saturating_utc(min(snooze, saturating_add(now, MAX_SNOOZE)))
 
 
 def _hhmm(value: object, name: str) -> time:
@@ -177,8 +295,6 @@ def parse_quiet_hours(
             _hhmm(item.get("start"), "schedule.start"),
             _hhmm(item.get("end"), "schedule.end"),
         )
-        if start == end:
-            raise QuietHoursInvalid("schedule.end")
         entries.append(QuietEntry(frozenset(days), start, end))
     snooze_raw = body.get("snooze_until")
     snooze = None if snooze_raw is None else _snooze(snooze_raw, now)
