@@ -16,10 +16,62 @@ each of them began.
 from __future__ import annotations
 
 import functools
+import re
+from dataclasses import dataclass
 
 import trio
 
 from bothy_notify.push.resolver import IPAddress, ResolveError, Resolver
+
+_ENDPOINT = re.compile(
+    r"https://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::([0-9]{1,5}))?((?:/[\x21-\x7e]*)?)"
+)
+"""An endpoint's host, port and path, read at registration and at every send without
+building a URL object (the rest of a provider's rules are its own, e.g. Web Push's
+``_endpoint_url``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """An https endpoint of a registration (a push service's, a Matrix gateway's) in its
+    one spelling: the host lower-cased without a trailing dot (an IPv6 literal without
+    brackets), the port 1-65535 (443 when the URL names none), and the path as given.
+
+    :attr:`origin` is RFC 6454's serialisation of its origin, the default port left
+    out (Web Push's VAPID ``aud``, RFC 8292) and :attr:`url` what a registration
+    stores and a send posts to.
+    """
+
+    host: str
+    port: int
+    path: str
+
+    @property
+    def origin(self) -> str:
+        authority = f"[{self.host}]" if ":" in self.host else self.host
+        return f"https://{authority}" if self.port == 443 else f"https://{authority}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return self.origin + self.path
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_endpoint(text: str) -> Endpoint | None:
+    """``text`` as an :class:`Endpoint`, or ``None`` when it is not an https URL of the
+    endpoint's form or its port is outside 1-65535 (written without leading zeros)."""
+    match = _ENDPOINT.fullmatch(text)
+    if match is None:
+        return None
+    name, port_text, path = match.groups()
+    host = name[1:-1].lower() if name.startswith("[") else name.lower().rstrip(".")
+    if not host:
+        return None
+    if port_text is None:
+        return Endpoint(host, 443, path)
+    if port_text.startswith("0") or not 1 <= int(port_text) <= 65_535:
+        return None
+    return Endpoint(host, int(port_text), path)
 
 
 class SharedLookups:

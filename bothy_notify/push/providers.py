@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from bothy_notify.config import ConfigError, PushConfig, provider_apps
 from bothy_notify.kernel.clock import Clock, SystemClock
-from bothy_notify.push import apns, fake, fcm, webhook, webpush
+from bothy_notify.push import apns, fake, fcm, matrix, webhook, webpush
 from bothy_notify.push.port import (
     PushProvider,
     Refusal,
@@ -203,6 +203,18 @@ PROVIDERS: Mapping[str, ProviderEntry] = {
             pushkey=webpush.pushkey_registrant,
         ),
         ProviderEntry(
+            name="matrix",
+            title="Matrix gateway",
+            token_max=matrix.TOKEN_MAX,
+            fields=frozenset({"token", "gateway"}),
+            registrant=matrix.registrant,
+            prepare=matrix.prepare,
+            build=lambda settings, ctx: matrix.build(settings, ctx.clock, ctx.resolver),
+            hints=matrix.HINTS,
+            rejection_hint=matrix.REJECTION_HINT,
+            explained=matrix.EXPLAINED,
+        ),
+        ProviderEntry(
             name="fake",
             title="fake",
             token_max=fake.TOKEN_MAX,
@@ -315,20 +327,23 @@ def build(
     return out
 
 
-RegistrationCheck = Callable[[str, str | None, str], Awaitable[tuple[str, str] | None]]
-"""``(provider, app_id, token) -> (field, problem) | None``: the API's registration hook."""
+RegistrationCheck = Callable[..., Awaitable[tuple[str, str] | None]]
+"""``(provider, app_id, token, secret=None) -> (field, problem) | None``: the API's
+registration hook (``secret``: what the registration stores beside its token)."""
 
 
 def registration_check(providers: Providers) -> RegistrationCheck:
     """The API hook that lets a provider vet a token at registration (a webhook's URL
     policy, a Web Push endpoint's allowed hosts), through the app's own provider."""
 
-    async def check_token(provider: str, app_id: str | None, token: str) -> tuple[str, str] | None:
+    async def check_token(
+        provider: str, app_id: str | None, token: str, secret: str | None = None
+    ) -> tuple[str, str] | None:
         found = providers.find(provider, app_id)
         if found is None:
             return None
         if isinstance(found, RegistrationChecker):
-            return await found.check_registration(token)
+            return await found.check_registration(token, secret)
         return None
 
     return check_token

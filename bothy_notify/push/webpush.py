@@ -87,7 +87,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from bothy_notify.config import ConfigError, Secret, WebPushSettings
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.push.http2 import Http2Client
-from bothy_notify.push.lookups import SharedLookups, connect_to
+from bothy_notify.push.lookups import SharedLookups, connect_to, parse_endpoint
 from bothy_notify.push.port import (
     Message,
     Outcome,
@@ -170,54 +170,6 @@ def unb64url(text: object) -> bytes | None:
 
 
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+={0,2}")
-_ENDPOINT = re.compile(
-    r"https://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::([0-9]{1,5}))?((?:/[\x21-\x7e]*)?)"
-)
-"""An endpoint's host, port and path, read at registration and at every send without
-building a URL object (the rest of the URL's rules: :func:`_endpoint_url`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """A push service endpoint in its one spelling: the host lower-cased without a
-    trailing dot (an IPv6 literal without brackets), the port 1-65535 (443 when the
-    URL names none), and the path as given.
-
-    :attr:`origin` is the VAPID JWT's ``aud`` (RFC 8292: the origin of the push
-    resource, RFC 6454's serialisation, the default port left out) and :attr:`url`
-    what a registration stores and a send posts to.
-    """
-
-    host: str
-    port: int
-    path: str
-
-    @property
-    def origin(self) -> str:
-        authority = f"[{self.host}]" if ":" in self.host else self.host
-        return f"https://{authority}" if self.port == 443 else f"https://{authority}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return self.origin + self.path
-
-
-@functools.lru_cache(maxsize=4096)
-def parse_endpoint(text: str) -> Endpoint | None:
-    """``text`` as an :class:`Endpoint`, or ``None`` when it is not an https URL of the
-    endpoint's form or its port is outside 1-65535 (written without leading zeros)."""
-    match = _ENDPOINT.fullmatch(text)
-    if match is None:
-        return None
-    name, port_text, path = match.groups()
-    host = name[1:-1].lower() if name.startswith("[") else name.lower().rstrip(".")
-    if not host:
-        return None
-    if port_text is None:
-        return Endpoint(host, 443, path)
-    if port_text.startswith("0") or not 1 <= int(port_text) <= 65_535:
-        return None
-    return Endpoint(host, int(port_text), path)
 
 
 def public_key_b64(key: ec.EllipticCurvePrivateKey) -> str:
@@ -651,7 +603,9 @@ class WebPushProvider:
         """The VAPID public key in base64url (``GET /v1/webpush/key``)."""
         return self.vapid.public_key
 
-    async def check_registration(self, token: str) -> tuple[str, str] | None:
+    async def check_registration(
+        self, token: str, secret: str | None = None
+    ) -> tuple[str, str] | None:
         """Refuse an endpoint whose host is not in ``allowed_endpoints``."""
         await trio.lowlevel.checkpoint()
         endpoint = parse_endpoint(token)
