@@ -15,10 +15,11 @@ their own; a Web Push endpoint is unique like a device token but never moves
 :class:`RegistrationTaken`). The Matrix gateway's registrations
 (:mod:`bothy_notify.store.matrix`) belong to principals of the daemon's own, whose
 ids hold a ``/``; their scope is that principal, so they never move either. The
-unique index is on the token's SHA-256, so no token length can overflow it. ``signing_key`` holds a registration's key
-material, never returned: a webhook's signing key, a Web Push subscription's
-``p256dh`` and ``auth``; ``expires_at`` a registration's own expiry (a Web Push
-``expirationTime``).
+unique index is on the token's SHA-256, so no token length can overflow it.
+``signing_key`` holds what a registration keeps beside its token, never
+returned: a webhook's signing key, a Web Push subscription's ``p256dh`` and
+``auth``, a Matrix relay's gateway URL; ``expires_at`` a registration's own
+expiry (a Web Push ``expirationTime``).
 
 A person holds at most ``push.max_registrations_per_person`` registrations:
 a new one first makes room by deleting the person's oldest invalidated
