@@ -20,10 +20,10 @@ the body                                   not an object with a ``notification``
                                            objects
 a device's ``app_id``, ``pushkey``         not a non-empty string (a pushkey at
                                            most :data:`PUSHKEY_MAX` characters)
-a device's ``pushkey_ts``                  present and not a non-negative integer
+a device's ``pushkey_ts``                  present and not an integer of 0 to 2**53 - 1
 a device's ``data``, ``tweaks``            present and not an object
 ``event_id``, ``room_id``                  present and not an ID (:data:`MATRIX_ID`)
-``counts.unread``, ``counts.missed_calls``  present and not a non-negative integer
+``counts.unread``, ``counts.missed_calls``  present and not an integer of 0 to 2**53 - 1
 ``prio``                                   present and neither ``high`` nor ``low``
 =========================================  ======================================
 
@@ -54,6 +54,8 @@ PRIO_URGENCY: Mapping[str, str] = {"high": "normal", "low": "low"}
 ``normal`` (delivered at once: FCM priority HIGH, APNs priority 10 in alert style),
 ``low`` is ``low`` (FCM priority NORMAL, APNs priority 5, Web Push ``Urgency: low``)."""
 DEFAULT_PRIO = "high"
+INTEGER_MAX = 2**53 - 1
+"""The largest count or ``pushkey_ts`` read (JavaScript holds every integer up to it)."""
 
 
 class BadNotification(ValueError):
@@ -109,7 +111,7 @@ def _count(counts: Mapping[str, Any], name: str) -> int | None:
     value = counts.get(name)
     if _absent(value):
         return None
-    if type(value) is not int or value < 0:
+    if type(value) is not int or not 0 <= value <= INTEGER_MAX:
         raise BadNotification(f"notification.counts.{name}: expected a non-negative integer")
     return value
 
@@ -140,7 +142,7 @@ def _device(raw: object, i: int) -> Device:
     pushkey_ts = raw.get("pushkey_ts")
     if _absent(pushkey_ts):
         pushkey_ts = 0
-    elif type(pushkey_ts) is not int or pushkey_ts < 0:
+    elif type(pushkey_ts) is not int or not 0 <= pushkey_ts <= INTEGER_MAX:
         raise BadNotification(f"{where}.pushkey_ts: expected a non-negative integer")
     for name in ("data", "tweaks"):
         value = raw.get(name)
@@ -186,7 +188,7 @@ def parse(body: object, *, max_devices: int) -> Notification:
         room_id=_matrix_id(notification, "room_id"),
         unread=_count(counts, "unread"),
         missed_calls=_count(counts, "missed_calls"),
-        urgency=PRIO_URGENCY[prio],
+        urgency=PRIO_URGENCY[str(prio)],
         devices=tuple(parsed.values()),
     )
 

@@ -207,3 +207,31 @@ def gone(conn: Conn, registration_ids: Sequence[str]) -> set[str]:
         (list(registration_ids),),
     ).fetchall()
     return {str(r[0]) for r in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class FirstAttempt:
+    """What the database says of a gateway job's first attempt, once it is recorded:
+    whether its registration is gone now, whether it delivered, and whether the job
+    waits for a retry (a transient failure)."""
+
+    gone: bool
+    delivered: bool
+    retrying: bool
+
+
+def first_attempts(conn: Conn, job_ids: Sequence[int]) -> dict[int, FirstAttempt]:
+    """The jobs of ``job_ids`` whose first attempt is recorded (finished, or waiting for
+    its retry), by id; one statement. A job run by another node's runner is answered
+    from here (the effects of its result commit with it)."""
+    if not job_ids:
+        return {}
+    rows = conn.execute(
+        "SELECT j.id, r.invalidated_at IS NOT NULL,"
+        " coalesce(r.last_seen_at >= j.created_at, false), j.state = 'available'"
+        " FROM bothy.jobs j JOIN bothy.push_registrations r ON r.id = j.args->>'registration_id'"
+        " WHERE j.id = ANY(%s) AND (j.state IN ('completed', 'failed')"
+        "  OR (j.state = 'available' AND j.attempt >= 1))",
+        (list(job_ids),),
+    ).fetchall()
+    return {int(r[0]): FirstAttempt(bool(r[1]), bool(r[2]), bool(r[3])) for r in rows}
