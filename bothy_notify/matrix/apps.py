@@ -11,18 +11,19 @@ Each entry maps a Matrix ``app_id`` (the pusher's) to ``provider[:app][@environm
   ``production``, the default); a provider without environments takes none.
 
 :func:`routes` checks every entry against the push configuration and returns
-them as :class:`AppRoute` values; ``check-config``, the daemon's start and
-``push test`` call it, so a wrong entry stops the start with its key named
+them as :class:`AppRoute` values (``check-config``, ``push test``);
+:func:`routes_of` against the providers a node runs (the daemon's start), so a
+wrong entry stops the start with its key named
 (``matrix_gateway.apps."im.example.ios": ...``), never a send.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from bothy_notify.config import Config, ConfigError
+from bothy_notify.config import Config, ConfigError, MatrixGatewayConfig
 from bothy_notify.push.providers import PROVIDERS
 
 
@@ -63,20 +64,37 @@ def parse_route(matrix_app: str, value: str) -> AppRoute:
 
 
 def routes(config: Config) -> Mapping[str, AppRoute]:
-    """Every entry of ``[matrix_gateway] apps``, checked against ``[push]``; empty when
-    the gateway is not configured.
+    """Every entry of ``[matrix_gateway] apps``, checked against the provider blocks of
+    ``[push]`` (``check-config``, ``push test``); empty when the gateway is not
+    configured.
 
     Raises:
         ConfigError: listing every bad entry, each named by its key.
     """
-    gateway = config.matrix_gateway
+    configured = {
+        name: tuple(app for app, _key, _settings in e.apps(config.push) if app is not None)
+        for name, e in PROVIDERS.items()
+        if e.block(config.push) is not None
+    }
+    return routes_of(config.matrix_gateway, configured)
+
+
+def routes_of(
+    gateway: MatrixGatewayConfig | None, configured: Mapping[str, Sequence[str]]
+) -> Mapping[str, AppRoute]:
+    """:func:`routes` against the providers a node runs: ``configured`` maps each
+    provider's name to its app ids (empty: its block's one app).
+
+    Raises:
+        ConfigError: listing every bad entry, each named by its key.
+    """
     if gateway is None:
         return {}
     out: dict[str, AppRoute] = {}
     errors: list[str] = []
     for matrix_app, value in gateway.apps.items():
         route = parse_route(matrix_app, value)
-        problem = _problem(route, config)
+        problem = _problem(route, configured)
         if problem is None:
             out[matrix_app] = route
         else:
@@ -86,14 +104,14 @@ def routes(config: Config) -> Mapping[str, AppRoute]:
     return out
 
 
-def _problem(route: AppRoute, config: Config) -> str | None:
+def _problem(route: AppRoute, configured: Mapping[str, Sequence[str]]) -> str | None:
     entry = PROVIDERS.get(route.provider)
     if entry is None or entry.pushkey is None:
         takers = ", ".join(name for name, e in PROVIDERS.items() if e.pushkey is not None)
         return f"expected provider[:app][@environment] with a provider of {takers}"
-    if entry.block(config.push) is None:
+    apps = configured.get(route.provider)
+    if apps is None:
         return f"[push.{route.provider}] is not configured"
-    apps = [app for app, _key, _settings in entry.apps(config.push) if app is not None]
     if apps and route.app_id is None:
         return f"name one of [push.{route.provider}.apps] as {route.provider}:<app>"
     if route.app_id is not None and route.app_id not in apps:
