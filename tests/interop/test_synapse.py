@@ -16,10 +16,10 @@ from pathlib import Path
 import trio
 
 from bothy_notify.kernel.clock import FakeClock
+from testkit.fakes.apns import Answer, ApnsRequest, FakeApns
 from tests.harness import Launch, make_config
 from tests.interop.synapse import Homeserver
 from tests.push.conftest import ApnsKey
-from tests.push.fake_apns import Answer, ApnsRequest, FakeApns
 from tests.push.test_delivery import apns
 
 APP = "im.bothy.interop.ios"

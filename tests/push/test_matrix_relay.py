@@ -32,7 +32,7 @@ from bothy_notify.push.port import (
 )
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.transport import NoAnswer, ProviderAnswer
-from tests.push.fake_matrix_gateway import (
+from testkit.fakes.matrix_gateway import (
     GATEWAY_HOST,
     NOTIFY_PATH,
     FakeMatrixGateway,
@@ -199,9 +199,9 @@ def test_no_answer_is_transient_and_ours_and_a_2xx_without_the_pushkey_delivered
     assert matrix_outcome(NoAnswer("timeout"), PUSHKEY) == Outcome.transient(
         "timeout", timedelta(seconds=1), ours=True
     )
-    unreadable = ProviderAnswer(200, [], b"not json")
+    unreadable = ProviderAnswer(200, (), b"not json")
     assert matrix_outcome(unreadable, PUSHKEY) == Outcome.delivered()
-    odd = ProviderAnswer(200, [], b'{"rejected": "pushkey-of-the-phone"}')
+    odd = ProviderAnswer(200, (), b'{"rejected": "pushkey-of-the-phone"}')
     assert matrix_outcome(odd, PUSHKEY) == Outcome.delivered()
 
 

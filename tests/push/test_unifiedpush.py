@@ -2,7 +2,7 @@
 endpoint as a Web Push registration, and the daemon pushes to it as UnifiedPush asks
 (AND_3.0 on the phone, the server specification's rules at the push server).
 
-The fake distributor (:mod:`tests.push.fake_distributor`) is a real HTTPS server
+The fake distributor (:mod:`testkit.fakes.distributor`) is a real HTTPS server
 that decrypts every push with the app's keys and refuses what UnifiedPush refuses:
 no ``TTL`` or ``Urgency``, a body over 4,096 bytes, a body that is not
 ``aes128gcm`` for the app's keys, a VAPID signature of another key.
@@ -22,9 +22,9 @@ from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.port import Outcome, OutcomeKind, PushMessage, Registrant, Target
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webpush import WebPushProvider, public_key_b64, registrant
+from testkit.fakes.distributor import DISTRIBUTOR, FakeDistributor
+from testkit.fakes.webpush import Browser, PushAnswer
 from tests.harness import Launch, Node, device_token, ev, make_config
-from tests.push.fake_distributor import DISTRIBUTOR, FakeDistributor
-from tests.push.fake_webpush import Browser, PushAnswer
 from tests.push.test_delivery import message, people
 
 PHONE = device_token("alex", "alex-phone", "android")

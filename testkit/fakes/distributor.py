@@ -40,8 +40,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.push.asgi import serve_tls
-from tests.push.fake_webpush import Browser, FakePushService, Push, PushAnswer
+from testkit.fakes.asgi import serve_tls
+from testkit.fakes.webpush import Browser, FakePushService, Push, PushAnswer
 
 DISTRIBUTOR = "ntfy.bothy.test"
 URGENCIES = ("very-low", "low", "normal", "high")
@@ -50,7 +50,7 @@ URGENCIES = ("very-low", "low", "normal", "high")
 @dataclass
 class FakeDistributor(FakePushService):
     """The fake push server of a distributor; the VAPID and decryption rules are the
-    push service's (:class:`~tests.push.fake_webpush.FakePushService`)."""
+    push service's (:class:`~testkit.fakes.webpush.FakePushService`)."""
 
     hosts: tuple[str, ...] = (DISTRIBUTOR,)
     gone: set[str] = field(default_factory=set)

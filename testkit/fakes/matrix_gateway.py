@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.push.asgi import serve_tls
+from testkit.fakes.asgi import serve_tls
 
 GATEWAY_HOST = "push.vendor.test"
 NOTIFY_PATH = "/_matrix/push/v1/notify"
