@@ -50,10 +50,12 @@ from bothy_notify.config import MatrixGatewayConfig, PushConfig
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.results import Result
 from bothy_notify.matrix.answers import Expected, FirstAttempts
 from bothy_notify.matrix.apps import AppRoute
 from bothy_notify.matrix.limits import SourceLimits
 from bothy_notify.matrix.notification import Device, Notification
+from bothy_notify.matrix.push import KIND
 from bothy_notify.push.port import Refusal
 from bothy_notify.push.providers import PROVIDERS
 from bothy_notify.runner import Done, JobResult
@@ -63,8 +65,6 @@ from bothy_notify.store.jobs import ClaimHere, Job, JobSpec, JobWriter
 
 log = logging.getLogger("bothy.matrix")
 
-KIND = "matrix.push_send"
-"""The job kind of a gateway push."""
 RENEW_AFTER = timedelta(days=1)
 """A pushkey in use renews its registration at most this often (``push.registration_ttl``
 is at least a minute; its default 30 days)."""
@@ -95,12 +95,12 @@ class MatrixOutcome(enum.StrEnum):
     """The same (event, pushkey) again within the job's life: nothing sent."""
 
 
-_FIRST_RESULT: Mapping[str, MatrixOutcome] = {
-    "delivered": MatrixOutcome.DELIVERED,
-    "dead": MatrixOutcome.REJECTED,
-    "mismatch": MatrixOutcome.REFUSED,
-    "rejected": MatrixOutcome.REFUSED,
-    "skipped_no_registration": MatrixOutcome.REJECTED,
+_FIRST_RESULT: Mapping[Result, MatrixOutcome] = {
+    Result.DELIVERED: MatrixOutcome.DELIVERED,
+    Result.DEAD: MatrixOutcome.REJECTED,
+    Result.MISMATCH: MatrixOutcome.REFUSED,
+    Result.REJECTED: MatrixOutcome.REFUSED,
+    Result.SKIPPED_NO_REGISTRATION: MatrixOutcome.REJECTED,
 }
 """The outcome of a job's first result (a ``Done``'s); any other is ``pending``."""
 
@@ -362,7 +362,7 @@ def _attempt_outcome(attempt: store.FirstAttempt) -> MatrixOutcome:
 
 def _outcome(result: JobResult) -> MatrixOutcome:
     if isinstance(result, Done):
-        return _FIRST_RESULT.get(str(result.result), MatrixOutcome.PENDING)
+        return _FIRST_RESULT.get(result.result, MatrixOutcome.PENDING)
     return MatrixOutcome.PENDING
 
 
