@@ -63,6 +63,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._common import (  # noqa: E402
+    Profiler,
     bench_database,
     machine,
     machine_busy,
@@ -220,8 +221,13 @@ class Bothy:
         self.postmaster = postgres_pid(database)
 
     def cpu(self) -> float:
-        own = tree_cpu(self.daemon.pid)
-        return own + (postgres_cpu(self.postmaster) if self.postmaster else 0.0)
+        return self.own_cpu() + self.postgres_cpu()
+
+    def own_cpu(self) -> float:
+        return tree_cpu(self.daemon.pid)
+
+    def postgres_cpu(self) -> float:
+        return postgres_cpu(self.postmaster) if self.postmaster else 0.0
 
     def unfinished(self) -> int:
         with psycopg.connect(self.database, autocommit=True) as conn:
@@ -230,6 +236,25 @@ class Bothy:
                 " AND state IN ('available', 'running')"
             ).fetchone()
         return int(row[0]) if row else 0
+
+    def jobs_per_transaction(self) -> float:
+        """Gateway jobs per transaction that made them (a grouped transaction's jobs
+        share its time)."""
+        with psycopg.connect(self.database, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*)::float / greatest(1, count(DISTINCT created_at))"
+                " FROM bothy.jobs WHERE kind = 'matrix.push_send'"
+            ).fetchone()
+        return round(float(row[0]), 2) if row else 0.0
+
+    def outcomes(self) -> dict[str, int]:
+        """``bothy_matrix_notifications_total`` by outcome (every batch so far)."""
+        out: dict[str, int] = {}
+        for line in httpx.get(f"{self.url}/metrics", timeout=30).text.splitlines():
+            if line.startswith("bothy_matrix_notifications_total{"):
+                outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+                out[outcome] = out.get(outcome, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return out
 
     def close(self) -> None:
         self.daemon.stop_sync()
@@ -287,13 +312,22 @@ def measure(
 ) -> dict[str, Any]:
     """One batch: wall time, the gateway's CPU per completed push."""
     busy0 = machine_busy()
+    pg0 = gateway.postgres_cpu() if isinstance(gateway, Bothy) else 0.0
     cpu0, wall0 = gateway.cpu(), time.perf_counter()
+    profiler = (
+        Profiler(args.profile, pid=gateway.daemon.pid, gil=True)
+        if args.profile and isinstance(gateway, Bothy)
+        else None
+    )
     ok = trio.run(send_batch, gateway.url, pushkeys, args.requests, args.concurrency)
     if isinstance(gateway, Bothy):
         deadline = time.monotonic() + 120
         while gateway.unfinished() and time.monotonic() < deadline:
             time.sleep(0.02)
     wall, cpu = time.perf_counter() - wall0, gateway.cpu() - cpu0
+    pg = (gateway.postgres_cpu() - pg0) if isinstance(gateway, Bothy) else 0.0
+    if profiler is not None:
+        profiler.stop()
     busy1 = machine_busy()
     load = (busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1])
     return {
@@ -303,6 +337,7 @@ def measure(
         "pushes_per_s": round(ok / wall, 1),
         "pushes_per_cpu_s": round(ok / cpu, 1) if cpu > 0 else None,
         "cpu_us_per_push": round(cpu / ok * 1e6, 1) if ok else None,
+        "postgres_us_per_push": round(pg / ok * 1e6, 1) if ok else None,
         "machine_busy": round(load, 2),
     }
 
@@ -319,6 +354,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3, help="batches of each gateway")
     parser.add_argument("--pushkeys", type=int, default=500, help="distinct devices")
+    parser.add_argument(
+        "--profile", default="", help="py-spy the daemon during each Bothy batch into FILE"
+    )
     args = parser.parse_args()
     sygnal_py = sygnal_python(args.sygnal_src.resolve()) if args.sygnal_src else None
     pushkeys = [f"{i:064x}" for i in range(1, args.pushkeys + 1)]
@@ -352,6 +390,10 @@ def main() -> None:
                     figures = measure(gateway, args, pushkeys)
                     runs[name].append(figures)
                     print(f"round {round_no + 1} {name}: {figures}", flush=True)
+            outcomes = bothy.outcomes()
+            grouped = bothy.jobs_per_transaction()
+            print(f"Bothy's answers by outcome (warm-up included): {outcomes}")
+            print(f"Bothy's gateway jobs per transaction: {grouped}")
         finally:
             if sygnal is not None:
                 sygnal.close()
@@ -363,6 +405,7 @@ def main() -> None:
             "pushes_per_cpu_s": round(mean(done, "pushes_per_cpu_s"), 1),
             "cpu_us_per_push": round(mean(done, "cpu_us_per_push"), 1),
             "pushes_per_s": round(mean(done, "pushes_per_s"), 1),
+            "postgres_us_per_push": round(mean(done, "postgres_us_per_push"), 1),
         }
         print(f"{name}: {summary[name]}")
     ratio = None
@@ -378,11 +421,13 @@ def main() -> None:
         requests=args.requests,
         concurrency=args.concurrency,
         rounds=args.rounds,
-        sygnal=args.sygnal_src is not None,
+        sygnal_measured=args.sygnal_src is not None,
         ratio=ratio,
         target=TARGET,
         machine=machine(),
-        **summary,
+        bothy_outcomes=outcomes,
+        bothy_jobs_per_transaction=grouped,
+        figures=summary,
         runs=runs,
     )
 

@@ -35,12 +35,13 @@ outcome}`` (:class:`MatrixOutcome`), ``app`` being its configured Matrix app id
 
 from __future__ import annotations
 
+import copy
 import enum
 import functools
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -76,6 +77,8 @@ LATEST_TS = 253_402_300_799
 """The last second a datetime holds (9999-12-31): a later ``pushkey_ts`` is read as it."""
 UNKNOWN_APP = "unknown"
 """The ``app`` label of a device whose app id is not configured."""
+GROUP_DEVICES = 1000
+"""The most devices one grouped transaction stores (a request's own always fit)."""
 
 
 class MatrixOutcome(enum.StrEnum):
@@ -107,6 +110,23 @@ _FIRST_RESULT: Mapping[Result, MatrixOutcome] = {
 
 RegistrationCheck = Callable[..., Awaitable[tuple[str, str] | None]]
 """``(provider, app_id, token, secret) -> (field, problem) | None`` (``push.providers``)."""
+
+
+@dataclass(slots=True)
+class _Request:
+    """One notify request while its registrations and jobs are stored (grouped with
+    others): ``wake`` is set when it is stored (``done``) or when it is its turn to
+    lead the next transaction."""
+
+    notification: Notification
+    devices: list[_Device]
+    claimed: set[int] = field(default_factory=set)
+    """Its jobs inserted claimed by this node's runner and handed to it."""
+    expected: Expected | None = None
+    """Where this process's runner reports the first results of its jobs."""
+    done: bool = False
+    error: BaseException | None = None
+    wake: trio.Event = field(default_factory=trio.Event)
 
 
 @dataclass(slots=True)
@@ -164,6 +184,8 @@ class MatrixGateway:
         self._first = first
         self._claim = claim
         self._run_claimed = run_claimed
+        self._queue: list[_Request] = []
+        self._running = False
         self.limits = SourceLimits(
             per_second=config.requests_per_second, burst=config.requests_burst, now=monotonic
         )
@@ -190,10 +212,13 @@ class MatrixGateway:
         devices = [await self._read(d) for d in notification.devices]
         to_store = [d for d in devices if d.outcome is None]
         if to_store:
-            # No checkpoint between the jobs' commit (and their hand-over to the runner)
-            # and _wait's expect(): no first result can be reported before it waits.
-            claimed = await self._store(notification, to_store)
-            await self._wait(to_store, claimed, deadline)
+            request = _Request(notification, to_store)
+            try:
+                await self._store(request)
+                await self._wait(to_store, request.claimed, request.expected, deadline)
+            finally:
+                if request.expected is not None:
+                    request.expected.close()
         rejected: list[str] = []
         for d in devices:
             outcome = d.outcome or MatrixOutcome.PENDING
@@ -237,27 +262,81 @@ class MatrixGateway:
         )
         return served
 
-    async def _store(self, notification: Notification, devices: list[_Device]) -> list[Job]:
-        """Registrations and jobs in one transaction; returns the jobs inserted claimed."""
+    async def _store(self, request: _Request) -> None:
+        """Store ``request``'s registrations and jobs, in one transaction with the requests
+        that arrive while another such transaction runs (as :class:`~bothy_notify.store.
+        appender.GroupAppender` groups appends): when it returns, the request's devices
+        have their jobs (or outcomes) and ``request.claimed`` the jobs handed to the
+        runner. Cancelled while it waits, the request leaves the queue unwritten; once
+        its transaction runs it is not abandoned."""
+        self._queue.append(request)
+        try:
+            if not self._running:
+                await self._lead()
+            while not request.done:
+                await request.wake.wait()  # stored, or the turn to run the next transaction
+                if not request.done:
+                    await self._lead()
+        finally:
+            if not request.done:
+                self._queue.remove(request)
+                if request.wake.is_set():  # its turn had come: the next one's now
+                    self._hand_on()
+        if request.error is not None:
+            raise request.error
+
+    def _hand_on(self) -> None:
+        if self._queue:
+            self._queue[0].wake.set()
+        else:
+            self._running = False
+
+    async def _lead(self) -> None:
+        """One transaction for the head of the queue (up to :data:`GROUP_DEVICES`
+        devices), then the lead passes on."""
+        self._running = True
+        group: list[_Request] = []
+        size = 0
+        while self._queue and (not group or size + len(self._queue[0].devices) <= GROUP_DEVICES):
+            group.append(self._queue.pop(0))
+            size += len(group[-1].devices)
+        try:
+            with trio.CancelScope(shield=True):  # the others' devices ride on it
+                await self._store_group(group)
+        except Exception as exc:
+            for r in group:
+                # Each request raises its own instance (a traceback is per raise).
+                r.error = exc if r is group[0] else copy.copy(exc)
+        finally:
+            for r in group:
+                r.done = True
+                r.wake.set()
+            self._hand_on()
+
+    async def _store_group(self, group: list[_Request]) -> None:
+        """Registrations and jobs of ``group`` in one transaction; the jobs inserted
+        claimed are handed to the runner in one batch (planned together)."""
         now = self._clock.now()
         claim = self._claim() if self._claim is not None else None
-        args = _args(notification)
-        event_key = (
-            hashlib.sha256(notification.event_id.encode()).hexdigest()[:32]
-            if notification.event_id is not None
-            else None
-        )
         max_attempts = self._max_attempts
+        flat = [
+            (d, _args(r.notification), _event_key(r.notification)) for r in group for d in r.devices
+        ]
 
-        def transaction(conn: Conn) -> tuple[list[store.Known], dict[str, int], list[Job]]:
-            found = [d.pushkey for d in devices if d.pushkey is not None]
+        def transaction(conn: Conn) -> tuple[list[store.Known], list[str | None], JobWriter]:
+            found = [d.pushkey for d, _shared, _event in flat if d.pushkey is not None]
             known = store.pushkeys(conn, found, now, renew_after=RENEW_AFTER)
             writer = JobWriter(conn, now)
             writer.claim_here(claim)
-            for k in known:
-                if k.gone:
-                    continue
+            keys: list[str | None] = []
+            taken: set[str] = set()
+            for (_device, args, event_key), k in zip(flat, known, strict=True):
                 key = f"mx:{event_key}:{k.registration_id}" if event_key else f"mxb:{new_id()}"
+                if k.gone or key in taken:  # gone, or the same push twice in this group
+                    keys.append(None)
+                    continue
+                keys.append(key)
+                taken.add(key)
                 writer.add(
                     JobSpec(
                         kind=KIND,
@@ -268,55 +347,57 @@ class MatrixGateway:
                     )
                 )
             writer.finish()
-            return known, writer.inserted, writer.claimed
+            return known, keys, writer
 
-        known, inserted, claimed = await self._db.run(transaction)
-        # Keys are mx:<event digest>:<registration id> (a UUID: no colon) or mxb:<id>.
-        by_registration = {
-            key.rsplit(":", 1)[1]: job_id for key, job_id in inserted.items() if key[:3] == "mx:"
-        }
-        badge_jobs = iter(job_id for key, job_id in inserted.items() if key.startswith("mxb:"))
-        for d, k in zip(devices, known, strict=True):
+        known, keys, writer = await self._db.run(transaction)
+        for (d, _shared, _event), k, key in zip(flat, known, keys, strict=True):
             d.registration_id = k.registration_id
+            d.job_id = writer.inserted.get(key) if key is not None else None
             if k.gone:
                 d.outcome = MatrixOutcome.REJECTED
-            elif event_key is None:
-                d.job_id = next(badge_jobs)
-            else:
-                d.job_id = by_registration.get(k.registration_id)
-                if d.job_id is None:
-                    d.outcome = MatrixOutcome.DUPLICATE
+            elif d.job_id is None:
+                d.outcome = MatrixOutcome.DUPLICATE
+        if self._first is not None:
+            # Before the runner has them: no first result can come before it is awaited.
+            for r in group:
+                r.expected = self._first.expect(
+                    d.job_id for d in r.devices if d.job_id is not None and d.outcome is None
+                )
+        claimed = writer.claimed
         if claimed and (self._run_claimed is None or not self._run_claimed(claimed)):
             # The runner stopped meanwhile: their lease ends and a runner takes them.
             log.info("gateway jobs inserted claimed were not taken", extra={"jobs": len(claimed)})
-            return []
-        return claimed
+            claimed = []
+        here = {job.id for job in claimed}
+        for r in group:
+            r.claimed = {d.job_id for d in r.devices if d.job_id in here}
 
-    async def _wait(self, devices: list[_Device], claimed: list[Job], deadline: float) -> None:
+    async def _wait(
+        self,
+        devices: list[_Device],
+        here: set[int],
+        expected: Expected | None,
+        deadline: float,
+    ) -> None:
         """Wait for the first results of the devices' new jobs, until ``deadline``: this
-        process's runner reports them; the jobs it did not claim at their insert
-        (another node's runner may) are also read from the database."""
+        process's runner reports them to ``expected`` (registered before the runner
+        had them); the jobs it did not claim at their insert (another node's runner
+        may) are also read from the database."""
         waiting = {d.job_id: d for d in devices if d.job_id is not None and d.outcome is None}
         if not waiting:
             return
-        here = {job.id for job in claimed}
         elsewhere = [job_id for job_id in waiting if job_id not in here]
-        expected = self._first.expect(waiting) if self._first is not None else None
-        try:
-            with trio.move_on_at(deadline):
-                async with trio.open_nursery() as nursery:
+        with trio.move_on_at(deadline):
+            async with trio.open_nursery() as nursery:
 
-                    def settled() -> None:
-                        if all(d.outcome is not None for d in waiting.values()):
-                            nursery.cancel_scope.cancel()
+                def settled() -> None:
+                    if all(d.outcome is not None for d in waiting.values()):
+                        nursery.cancel_scope.cancel()
 
-                    if elsewhere:
-                        nursery.start_soon(self._poll, elsewhere, waiting, settled)
-                    if expected is not None:
-                        nursery.start_soon(self._take_results, expected, waiting, settled)
-        finally:
-            if expected is not None:
-                expected.close()
+                if elsewhere:
+                    nursery.start_soon(self._poll, elsewhere, waiting, settled)
+                if expected is not None:
+                    nursery.start_soon(self._take_results, expected, waiting, settled)
 
     @staticmethod
     async def _take_results(
@@ -364,6 +445,14 @@ def _outcome(result: JobResult) -> MatrixOutcome:
     if isinstance(result, Done):
         return _FIRST_RESULT.get(result.result, MatrixOutcome.PENDING)
     return MatrixOutcome.PENDING
+
+
+def _event_key(notification: Notification) -> str | None:
+    """The event's part of its jobs' unique keys: a digest (a Matrix event ID may be 255
+    characters; the key is an index entry). ``None`` for a badge update."""
+    if notification.event_id is None:
+        return None
+    return hashlib.sha256(notification.event_id.encode()).hexdigest()[:32]
 
 
 def _args(notification: Notification) -> dict[str, Any]:

@@ -228,6 +228,34 @@ async def test_the_same_event_again_sends_nothing(
     assert counted(node, IOS, "duplicate") == 1
 
 
+async def test_concurrent_requests_each_get_their_own_answer(
+    launch: Launch, fake_apns: FakeApns, apns_key: ApnsKey, ca_file: str, now_clock: FakeClock
+) -> None:
+    """Requests that arrive while another's transaction runs are stored together: each
+    still gets its own rejected, and one (event, pushkey) in two of them is sent once."""
+    node = await start(launch, fake_apns, apns_key, ca_file, now_clock)
+    keys = [f"{i:064x}" for i in range(1, 9)]
+    gone = keys[3]
+    fake_apns.answer(gone, Answer(410, "Unregistered"))
+    bodies = [notification(device(k), event_id=f"$event-{k[-1]}") for k in keys]
+    bodies.append(notification(device(keys[0]), event_id="$event-1"))  # the same push again
+    answers: dict[int, httpx.Response] = {}
+
+    async def send(i: int, body: dict[str, Any]) -> None:
+        answers[i] = await notify(node, body)
+
+    async with trio.open_nursery() as nursery:
+        for i, body in enumerate(bodies):
+            nursery.start_soon(send, i, body)
+    assert {i: a.json() for i, a in answers.items()} == {
+        i: {"rejected": [gone] if i == 3 else []} for i in range(len(bodies))
+    }
+    assert sorted(r.device_token for r in fake_apns.requests) == keys
+    assert counted(node, IOS, "duplicate") == 1
+    assert counted(node, IOS, "delivered") == len(keys) - 1
+    assert counted(node, IOS, "rejected") == 1
+
+
 async def test_a_badge_update_is_a_background_push_each_time(
     launch: Launch, fake_apns: FakeApns, apns_key: ApnsKey, ca_file: str, now_clock: FakeClock
 ) -> None:
