@@ -4,7 +4,7 @@ A homeserver names a device by its pusher's ``(app_id, pushkey)``. The gateway
 stores each pushkey it is asked to push to as a registration of the provider its
 app maps to (``[matrix_gateway] apps``), created on first notify, owned by the
 app's principal (``matrix-gateway/<app id>``, a ``/`` no person's id can hold;
-its scope is its own, see migration 0025), so the token lifecycle of every push
+its scope is its own, see migration 0027), so the token lifecycle of every push
 applies: deliveries, strikes, invalidation on a dead answer, and the answer's
 ``rejected`` of a pushkey declared gone earlier.
 
