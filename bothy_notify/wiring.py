@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any, Literal, Protocol, TextIO
 
 import orjson
@@ -54,6 +55,7 @@ from bothy_notify.config import (
     store_secret_names,
 )
 from bothy_notify.housekeeping import Housekeeper
+from bothy_notify.kernel import memtrim
 from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.ids import new_id
@@ -115,6 +117,11 @@ the GIL, which showed in ``bench/gateway.py``'s hint latency (docs/performance.m
 READINESS_INTERVAL = 5.0
 """Seconds between two refreshes of ``bothy_readiness_check`` (a scrape every 15 s or
 more sees a value at most this old), each with one database ping of its own."""
+
+SEND_RESERVE = 1.0
+"""Seconds before the end of ``server.drain_period`` from which no provider request
+starts (a quarter of the period when that is shorter): the requests in flight
+answer and their results are recorded inside the period, not cut off by it."""
 
 API_POOL_WAIT = 5.0
 """Seconds an HTTP request or gateway query waits for a pooled connection before it is
@@ -487,6 +494,11 @@ class Daemon:
                 # Every node follows the kinds directory, asked or not: its log lines and
                 # bothy_catalogue_invalid_files must be true on an idle node too.
                 await nursery.start(self._supervised("catalogue", self.live_catalogue.watch).run)
+            trim = memtrim.malloc_trim() if memtrim.wanted() else None
+            if trim is not None:
+                # The C allocator's free pages back to the system, on every role.
+                trimming = partial(memtrim.trim_periodically, trim)
+                await nursery.start(self._supervised("memory", trimming).run)
             presence: PresenceSource = NoPresence()
             publisher: EphemeralPublisher | None = None
             gateway_address: str | None = None
@@ -719,7 +731,12 @@ class Daemon:
         its connections with 1001."""
         log.info("shutting down", extra={"drain_seconds": period.total_seconds()})
         self._notifier.stopping("draining")
-        with trio.move_on_after(period.total_seconds()) as scope:
+        seconds = period.total_seconds()
+        if self.providers is not None:
+            self.providers.stop_sending_at(
+                trio.current_time() + seconds - min(SEND_RESERVE, seconds / 4)
+            )
+        with trio.move_on_after(seconds) as scope:
             api_shutdown.set()
             if self.runner is not None:
                 self.runner.stop_claiming()
@@ -729,7 +746,9 @@ class Daemon:
                 await self.runner.wait_idle()
             await api_stopped.wait()
         if scope.cancelled_caught:
-            log.warning("drain period over; unfinished jobs are given back")
+            log.warning(
+                "drain period over; results reported are recorded, unfinished jobs given back"
+            )
 
     def _snapshot(self, providers: Providers) -> dict[str, Any]:
         """This node's aggregates for the status page (``GET /v1/admin/status``)."""
