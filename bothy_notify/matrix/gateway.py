@@ -112,7 +112,7 @@ RegistrationCheck = Callable[..., Awaitable[tuple[str, str] | None]]
 """``(provider, app_id, token, secret) -> (field, problem) | None`` (``push.providers``)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # identity: a queue holds each once
 class _Request:
     """One notify request while its registrations and jobs are stored (grouped with
     others): ``wake`` is set when it is stored (``done``) or when it is its turn to
@@ -278,7 +278,9 @@ class MatrixGateway:
                 if not request.done:
                     await self._lead()
         finally:
-            if not request.done:
+            if not request.done and request in self._queue:
+                # Cancelled while queued (not while its group's transaction runs: that
+                # one finishes and marks it done regardless).
                 self._queue.remove(request)
                 if request.wake.is_set():  # its turn had come: the next one's now
                     self._hand_on()
