@@ -65,6 +65,11 @@ from bothy_notify.kernel.presence import NoPresence, PresenceView
 from bothy_notify.kernel.sdnotify import Notifier
 from bothy_notify.kernel.supervise import Service, Supervised
 from bothy_notify.logs import set_level
+from bothy_notify.matrix import apps as matrix_apps
+from bothy_notify.matrix.answers import AnsweringHandler, FirstAttempts
+from bothy_notify.matrix.gateway import MatrixGateway
+from bothy_notify.matrix.push import KIND as MATRIX_PUSH
+from bothy_notify.matrix.push import MatrixPush
 from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.jobs.flush import FlushHandler
@@ -95,6 +100,7 @@ from bothy_notify.store.db import (
 )
 from bothy_notify.store.embedded import EmbeddedPostgres
 from bothy_notify.store.events import EventValidator
+from bothy_notify.store.jobs import ClaimHere
 from bothy_notify.store.migrate import migrate
 from bothy_notify.topics.send import RecipientLifecycle, TopicPush
 
@@ -308,6 +314,9 @@ class Daemon:
         self.registry: NodeRegistry | None = None
         self.jobs_db: Database | None = None
         self.gateway_db: Database | None = None
+        self.matrix_first: FirstAttempts | None = None
+        """Where this node's runner reports the Matrix gateway's first results (``None``:
+        no gateway, or no runner here)."""
         self.services: dict[str, Supervised] = {}
         """The supervised services of this node by name (``/readyz``)."""
         self._readiness: Callable[[], Mapping[str, bool]] | None = None
@@ -651,6 +660,12 @@ class Daemon:
             ),
             push(TopicPush(config=config.push), RecipientLifecycle(metrics=metrics)),
         ]
+        if config.matrix_gateway is not None:
+            # The gateway's answer waits for first results: the runner tells them here.
+            self.matrix_first = FirstAttempts()
+            handlers.append(
+                AnsweringHandler(push(MatrixPush(config=config.push)), self.matrix_first)
+            )
         self.housekeeper = Housekeeper(db=db, clock=clock, config=config, metrics=metrics)
         await nursery.start(self._supervised("housekeeper", self.housekeeper.run).run)
         self.runner = JobRunner(
@@ -787,6 +802,7 @@ class Daemon:
             snapshot=lambda: self._snapshot(providers),
         )
 
+        registration_check = provider_table.registration_check(providers)
         return ApiContext(
             db=db,
             verifier=TokenVerifier(self.config.auth),
@@ -800,8 +816,44 @@ class Daemon:
             readiness=readiness,
             cluster=cluster,
             catalogue=self.live_catalogue,
-            registration_check=provider_table.registration_check(providers),
+            registration_check=registration_check,
             status=self.status,
+            matrix=self._matrix_gateway(db, providers, registration_check),
+        )
+
+    def _matrix_gateway(
+        self, db: Database, providers: Providers, check: provider_table.RegistrationCheck
+    ) -> MatrixGateway | None:
+        """The Matrix push gateway when ``[matrix_gateway]`` is configured: its routes
+        checked against the providers this node runs (a bad one stops the start), its
+        jobs inserted claimed by this node's runner when it has room."""
+        config = self.config
+        if config.matrix_gateway is None:
+            return None
+        routes = matrix_apps.routes_of(
+            config.matrix_gateway, provider_table.configured_apps(providers)
+        )
+        runner = self.runner if self.matrix_first is not None else None
+        kinds = frozenset({MATRIX_PUSH})
+        node_id = self.node_id if self.spec.registry else None
+
+        def claim() -> ClaimHere | None:
+            room = runner.room() if runner is not None else 0
+            if room <= 0:
+                return None
+            return ClaimHere(kinds=kinds, node_id=node_id, lease=config.jobs.lease, room=room)
+
+        return MatrixGateway(
+            db=db,
+            clock=self.clock,
+            config=config.matrix_gateway,
+            push=config.push,
+            routes=routes,
+            check=check,
+            metrics=self.metrics,
+            first=self.matrix_first,
+            claim=claim if runner is not None else None,
+            run_claimed=runner.run_claimed if runner is not None else None,
         )
 
 

@@ -19,6 +19,7 @@ from bothy_notify.config import Config, LiveConfig
 from bothy_notify.kernel import strict_json
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.matrix.gateway import MatrixGateway
 from bothy_notify.notify.catalogue import CatalogueSource, FixedCatalogue
 from bothy_notify.store import people
 from bothy_notify.store.appender import GroupAppender
@@ -60,6 +61,8 @@ class ApiContext:
     catalogue: CatalogueSource = field(default_factory=FixedCatalogue)
     extras: dict[str, Any] = field(default_factory=dict)
     status: StatusSource | None = None
+    matrix: MatrixGateway | None = None
+    """The Matrix push gateway (``None``: ``[matrix_gateway]`` is not configured)."""
 
     def __repr__(self) -> str:
         return "ApiContext()"

@@ -339,6 +339,24 @@ class Metrics:
         for action in ("added", "removed"):
             self.topic_subscriptions.labels(action)
 
+        # The Matrix push gateway (SPEC section 14c). Labels: app, a Matrix app id of
+        # [matrix_gateway] apps (a closed set from the configuration; unknown for any
+        # other); outcome, a bothy_notify.matrix.gateway.MatrixOutcome.
+        self.matrix_notifications = Counter(
+            "bothy_matrix_notifications",
+            "Devices of the Matrix push gateway's notify requests by app and outcome"
+            " (delivered, rejected, refused, pending, duplicate).",
+            ["app", "outcome"],
+            registry=r,
+        )
+        self.matrix_requests = Counter(
+            "bothy_matrix_requests",
+            "Notify requests of the Matrix push gateway by answer (ok, bad_json,"
+            " rate_limited, unavailable).",
+            ["answer"],
+            registry=r,
+        )
+
     def skip(self, reason: SkipReason, amount: int = 1) -> None:
         """Count ``amount`` skips with ``reason``."""
         if amount:

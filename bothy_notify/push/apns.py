@@ -28,6 +28,9 @@ sets the icon's badge itself. A background push carries ``badge`` beside ``aps``
 only: Apple allows nothing but ``content-available`` in a background push's
 ``aps``, so the app sets the badge when it wakes.
 
+A Matrix notification (:class:`~.port.MatrixMessage`) goes as a hint does,
+never collapsed and without sound; its badge-only update is background style.
+
 Whatever ``style`` says, a clearing push (:class:`~.port.ReadMessage`) and a
 deleted message's (:class:`~.port.RemovedMessage`) are background style,
 priority 5, collapsed on their thread (they replace the thread's pending
@@ -84,6 +87,7 @@ from bothy_notify.config import ApnsSettings, ApnsStyle, ConfigError, Secret
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.push.http2 import Http2Client
 from bothy_notify.push.port import (
+    MatrixMessage,
     Message,
     Outcome,
     PushMessage,
@@ -228,6 +232,14 @@ def registrant(body: Mapping[str, Any]) -> Registrant | Refusal:
     return Registrant(token, environment=body.get("environment") or "production")
 
 
+def pushkey_registrant(
+    pushkey: str, _data: Mapping[str, Any] | None, environment: str | None
+) -> Registrant | Refusal:
+    """A Matrix pusher of an APNs app: the pushkey is the device token (hex), the
+    environment the app's (``[matrix_gateway] apps``, default production)."""
+    return registrant({"token": pushkey, "environment": environment})
+
+
 def topic_delivery(body: Mapping[str, Any]) -> TopicDelivery | None:
     """Topic mode: ``token`` (hex) and an optional ``environment``; nothing else."""
     token, environment = body.get("token"), body.get("environment")
@@ -370,10 +382,13 @@ class ApnsProvider:
         return f"ApnsProvider(style={self._style.value!r})"
 
     def _alert(self, message: Message) -> bool:
-        """Whether ``message`` goes alert style: a summary always, a hint when the
-        provider's style is alert, a clearing or topic push never."""
+        """Whether ``message`` goes alert style: a summary always, a hint or a Matrix
+        event when the provider's style is alert, a clearing, topic or badge-only
+        push never."""
         if isinstance(message, SummaryMessage):
             return True
+        if isinstance(message, MatrixMessage):
+            return message.event_id is not None and self._style is ApnsStyle.ALERT
         return isinstance(message, PushMessage) and self._style is ApnsStyle.ALERT
 
     def _type_and_priority(self, message: Message) -> tuple[str, str]:

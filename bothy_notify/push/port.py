@@ -308,9 +308,60 @@ class SummaryMessage:
         return {k: str(v) for k, v in self.payload().items()}
 
 
-Message = PushMessage | TopicMessage | ReadMessage | RemovedMessage | SummaryMessage
+@dataclass(frozen=True, slots=True)
+class MatrixMessage:
+    """A Matrix homeserver's notification through the gateway (SPEC section 14c),
+    content-free whatever the homeserver sent: ``{"event_id", "room_id", "unread",
+    "missed_calls", "urgency"}`` (absent members omitted). The app fetches the event
+    by its id, as Element does with ``event_id_only``. ``unread`` is also the badge
+    (APNs alert style sets the icon's badge from it). A notification without an
+    event is a badge update: the counts alone, background style. Never collapsed:
+    each event is its own push. The repr shows no ID."""
+
+    event_id: str | None
+    room_id: str | None
+    unread: int | None = None
+    missed_calls: int | None = None
+    urgency: str | None = None
+    kind = "matrix"
+    thread_id = None
+
+    @property
+    def badge(self) -> int | None:
+        return self.unread
+
+    @property
+    def webhook_id(self) -> str:
+        """A message id kept on retries: a digest of the event (or of the counts)."""
+        key = self.event_id or f"badge.{self.unread}.{self.missed_calls}"
+        return "matrix." + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+    def payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.event_id is not None:
+            out["event_id"] = self.event_id
+        if self.room_id is not None:
+            out["room_id"] = self.room_id
+        if self.unread is not None:
+            out["unread"] = self.unread
+        if self.missed_calls is not None:
+            out["missed_calls"] = self.missed_calls
+        if self.urgency is not None:
+            out["urgency"] = self.urgency
+        return out
+
+    def string_payload(self) -> dict[str, str]:
+        """The payload with every value a string (FCM data messages)."""
+        return {k: str(v) for k, v in self.payload().items()}
+
+    def __repr__(self) -> str:
+        return f"MatrixMessage(badge_only={self.event_id is None})"
+
+
+Message = PushMessage | TopicMessage | ReadMessage | RemovedMessage | SummaryMessage | MatrixMessage
 """What a provider sends: a hint (person mode), a topic push (topic mode), a clearing
-push, a deleted message's push or a quiet period's summary."""
+push, a deleted message's push, a quiet period's summary, or a Matrix homeserver's
+notification."""
 
 
 @fast_init
@@ -364,10 +415,15 @@ class PushProvider(Protocol):
 
 @runtime_checkable
 class RegistrationChecker(Protocol):
-    """A provider that vets a token at registration (the webhook's URL policy)."""
+    """A provider that vets a token at registration (the webhook's URL policy, a Web
+    Push endpoint's hosts, a Matrix relay's gateway)."""
 
-    async def check_registration(self, token: str) -> tuple[str, str] | None:
-        """The bad field and a constant problem (never the token), or ``None`` when fine."""
+    async def check_registration(
+        self, token: str, secret: str | None = None
+    ) -> tuple[str, str] | None:
+        """The bad field and a constant problem (never the token), or ``None`` when fine.
+        ``secret`` is what the registration stores beside its token (a Matrix relay's
+        gateway URL), for a provider whose check needs it."""
         ...
 
 

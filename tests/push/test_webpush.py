@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from bothy_notify.config import ConfigError, Secret
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.grouping import ThreadGrouping
+from bothy_notify.push.lookups import parse_endpoint
 from bothy_notify.push.port import OutcomeKind, PushMessage, Refusal, Registrant, Target
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.transport import NoAnswer
@@ -25,7 +26,6 @@ from bothy_notify.push.webpush import (
     WebPushProvider,
     generate_vapid_key,
     load_vapid_key,
-    parse_endpoint,
     public_key_b64,
     registrant,
     topic_header,
