@@ -240,6 +240,9 @@ class ConsumerRound:
             reconnect=reconnect_backoff(poll),
             catch_up=self._catch_up,
             timeouts=timeouts,
+            # A round a server crash loses is read and decided again (the cursor moves
+            # with it): its commit need not wait for the WAL flush.
+            asynchronous_commit=True,
         )
         self._wait_until: float | None = None
         """While set, the log was drained: wait for a notification until then

@@ -152,6 +152,9 @@ class Listener:
             with the connection in hand: what the service may have missed. Not
             called for a service that never listens on a connection.
         timeouts: the bounds of its connection's waits (``[database]``).
+        asynchronous_commit: its connection's commits return before their WAL is
+            flushed (the round's transactions, which the round redoes after a
+            server crash; see :mod:`bothy_notify.store.connection`).
 
     Raises:
         ValueError: a channel name ``LISTEN`` would need quoted.
@@ -166,6 +169,7 @@ class Listener:
         reconnect: Backoff,
         catch_up: CatchUp | None = None,
         timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS,
+        asynchronous_commit: bool = False,
     ) -> None:
         for channel in channels:
             if not _CHANNEL.fullmatch(channel):
@@ -176,6 +180,7 @@ class Listener:
         self._reconnect = reconnect
         self._catch_up = catch_up
         self._timeouts = timeouts
+        self._asynchronous_commit = asynchronous_commit
         self._limiter = trio.CapacityLimiter(1)
         self._task_status: trio.TaskStatus[None] | None = None
         self._wake: tuple[int, int] | None = None
@@ -230,7 +235,11 @@ class Listener:
                 listening: Listening | None = None
                 try:
                     conn, pid, fd = await trio.to_thread.run_sync(
-                        translated(_connect), self._url, self._timeouts, limiter=self._limiter
+                        translated(_connect),
+                        self._url,
+                        self._timeouts,
+                        self._asynchronous_commit,
+                        limiter=self._limiter,
                     )
                     listening = self._listening = Listening(self, conn, pid, fd, read_end)
                     self._connections += 1
@@ -437,9 +446,11 @@ def delivering(on_notify: Callable[[list[Notification]], None]) -> Serve:
     return serve
 
 
-def _connect(url: str, timeouts: DatabaseTimeouts) -> tuple[Conn, int, int]:
+def _connect(
+    url: str, timeouts: DatabaseTimeouts, asynchronous_commit: bool
+) -> tuple[Conn, int, int]:
     """Blocking: a dedicated connection, its server process id and its socket."""
-    conn = connect_dedicated(url, timeouts=timeouts)
+    conn = connect_dedicated(url, timeouts=timeouts, asynchronous_commit=asynchronous_commit)
     try:
         return conn, conn.info.backend_pid, conn.fileno()
     except BaseException:
