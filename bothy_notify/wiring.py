@@ -774,6 +774,8 @@ class Daemon:
             catalogue=self.live_catalogue,
             registration_check=provider_table.registration_check(providers),
             status=self.status,
+            # Appends wake a round held here directly, not by NOTIFY (store.appender).
+            local_round=self.round,
         )
 
 

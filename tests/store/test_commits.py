@@ -93,6 +93,7 @@ async def test_the_daemon_appends_durably_and_completes_jobs_asynchronously(
 ) -> None:
     node = await launch()
     # The API's direct connection carries every append a 200 answers for.
+    assert node.daemon.db is not None
     assert await direct_setting(node.daemon.db) == "on"
     jobs_db = node.daemon.jobs_db
     assert jobs_db is not None
