@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= config/dev.toml
 
-.PHONY: run test lint typecheck unit contract autobahn install-check client-test browser bench migrate demo schemas clean
+.PHONY: run test lint typecheck unit contract autobahn install-check client-test browser bench soak migrate demo schemas clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,8 @@ test: $(STAMP) lint typecheck install-check client-test unit
 
 ## lint: ruff, and the import-linter contracts of .importlinter (docs/architecture.md's layers)
 lint: $(STAMP)
-	$(VENV)/bin/ruff check bothy_notify gateway tests bench
-	$(VENV)/bin/ruff format --check bothy_notify gateway tests bench
+	$(VENV)/bin/ruff check bothy_notify gateway testkit tests bench
+	$(VENV)/bin/ruff format --check bothy_notify gateway testkit tests bench
 	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)
@@ -97,9 +97,16 @@ migrate: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/bothy-notify demo --config $(CONFIG)
 
-## bench: every benchmark, each alone
+## bench: every benchmark, each alone, but the soak (bench/soak.py: a long run of its own,
+## `make soak`)
 bench: $(STAMP)
-	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in bench/[!_]*.py; do \
+		[ "$$b" = bench/soak.py ] && continue; \
+		echo "== $$b"; $(PY) $$b || exit 1; done
+
+## soak: memory over a long run of two nodes (bench/soak.py; minutes as its --help says)
+soak: $(STAMP)
+	$(PY) bench/soak.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .autobahn

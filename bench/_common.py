@@ -1,6 +1,7 @@
 """Shared benchmark helpers: an embedded PostgreSQL in a temporary directory, a
 migrated database, CPU meters (this process, a child, PostgreSQL's processes), a
-``bothy-notify run`` child process, a profiler, and machine facts for the report."""
+profiler, and machine facts for the report (``bothy-notify run`` as a child
+process: :mod:`bench._daemon`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import contextlib
 import json
 import os
 import platform
-import re
 import resource
 import shutil
 import signal
@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 from psycopg.conninfo import make_conninfo
 
@@ -217,92 +216,3 @@ def raise_file_limit() -> int:
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return hard
-
-
-def masked_text(payload: bytes) -> bytes:
-    """One masked client text frame (RFC 6455 section 5.2)."""
-    mask = os.urandom(4)
-    length = len(payload)
-    if length < 126:
-        header = bytes([0x81, 0x80 | length])
-    elif length < 65536:
-        header = bytes([0x81, 0x80 | 126]) + length.to_bytes(2, "big")
-    else:
-        header = bytes([0x81, 0x80 | 127]) + length.to_bytes(8, "big")
-    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-    return header + mask + body
-
-
-_RUNNING = re.compile(
-    r"bothy-notify running \(role \w+\): API http://(?P<api>\S+?)"
-    r"(?:, gateway ws://(?P<gateway>\S+?)/v1/gateway)?$",
-    re.MULTILINE,
-)
-
-
-class CliNode:
-    """One ``bothy-notify run --config FILE`` child process (the command ``make run``
-    runs), its output in ``WORKDIR/NAME.log``; ``api`` and ``gateway`` are the
-    addresses from its "running" line once :meth:`wait_serving` returned."""
-
-    def __init__(self, name: str, workdir: Path, config: str, env: dict[str, str]) -> None:
-        self.name = name
-        self.log = workdir / f"{name}.log"
-        self.config = workdir / f"{name}.toml"
-        self.config.write_text(config)
-        self.env = {**os.environ, **env}
-        self.process: subprocess.Popen[bytes] | None = None
-        self.api = ""
-        self.gateway: str | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def start(self) -> None:
-        script = Path(sys.executable).parent / "bothy-notify"
-        command = [str(script)] if script.exists() else [sys.executable, "-m", "bothy_notify.cli"]
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [*command, "run", "--config", str(self.config)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-            )
-
-    def wait_serving(self, timeout: float = 120.0) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = _RUNNING.search(self.log.read_text(errors="replace"))
-            if found is not None:
-                self.api, self.gateway = found["api"], found["gateway"]
-                return
-            if self.process.poll() is not None:
-                raise RuntimeError(f"node {self.name} exited:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.05)
-        raise RuntimeError(f"node {self.name} did not start in time")
-
-    def metrics(self) -> dict[str, float]:
-        """Unlabelled samples and ``name{labels}`` samples of ``/metrics``."""
-        text = httpx.get(f"http://{self.api}/metrics", timeout=10).text
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time of the process so far (Linux ``/proc``)."""
-        return process_cpu(self.pid)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)

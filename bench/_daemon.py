@@ -1,29 +1,26 @@
-"""The daemon as a user starts it: ``bothy-notify run --config <toml>`` in a child process.
+"""The daemon as a user starts it, for the benchmarks: ``bothy-notify run --config
+<toml>`` in a child process, through the kit's launcher
+(:class:`testkit.daemon.DaemonProcess`: ready once its ``--ready-file`` says so).
 
-:class:`CliDaemon` writes the configuration into a temporary directory, starts
-the CLI there (the embedded PostgreSQL in that directory unless the settings
-give ``database.url``), waits for the line ``bothy-notify running ...`` and
-reads the bound addresses from it. CPU is read from ``/proc`` per process: the
-daemon alone (:meth:`CliDaemon.cpu_seconds`) and PostgreSQL's processes
-(:meth:`CliDaemon.postgres_cpu`).
+:func:`bench_daemon` writes the configuration into a working directory (the
+embedded PostgreSQL in ``WORKDIR/pg`` unless the settings give
+``database.url``) and runs the CLI there; :class:`BenchDaemon` adds the
+benchmarks' meters: CPU read from ``/proc`` for the daemon alone
+(:meth:`~BenchDaemon.cpu_seconds`, its node processes with
+:meth:`~BenchDaemon.tree_cpu_seconds`) and for PostgreSQL's processes
+(:meth:`~BenchDaemon.postgres_cpu`).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import subprocess
-import sys
-import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-import httpx
-import tomlkit
-
-from bench._common import postgres_cpu, process_cpu
+from bench._common import postgres_cpu, process_cpu, tree_cpu
+from testkit.daemon import DaemonProcess, write_settings
 
 KEY = "bench-only-hs256-key-0123456789abcdef"
 """The HS256 key of the benchmarks' daemons (``env:BOTHY_BENCH_KEY``)."""
@@ -48,79 +45,22 @@ def daemon_env(args: Any) -> dict[str, str]:
     return env
 
 
-_RUNNING = re.compile(
-    r"bothy-notify running \(role \w+\): API http://(?P<api>\S+?)"
-    r"(?:, gateway ws://(?P<gateway>\S+?)/v1/gateway)?(?:,|$)",
-    re.MULTILINE,
-)
-
-
-class CliDaemon:
-    """One ``bothy-notify run`` child process.
-
-    Args:
-        workdir: where the configuration, the log and (embedded) the database go.
-        settings: the TOML document as nested dicts; ``database.data_dir`` defaults
-            to ``workdir/pg`` unless ``database.url`` is given.
-        env: extra environment (``env:NAME`` secrets of the settings).
-    """
-
-    def __init__(self, workdir: Path, settings: dict[str, Any], env: dict[str, str]) -> None:
-        self.workdir = workdir
-        self.log = workdir / "daemon.log"
-        self.config = workdir / "bothy-notify.toml"
-        database = settings.setdefault("database", {})
-        if "url" not in database:
-            database.setdefault("data_dir", str(workdir / "pg"))
-        self.config.write_text(tomlkit.dumps(settings))
-        self.env = {**os.environ, **env}
-        self.process: subprocess.Popen[bytes] | None = None
-        self.api = ""
-        self.gateway = ""
-
-    def __enter__(self) -> CliDaemon:
-        self.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def start(self, timeout: float = 180.0) -> None:
-        """Start the CLI and wait until it serves."""
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "bothy_notify.cli", "run", "--config", str(self.config)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                cwd=self.workdir,  # not the repository: PYTHONPATH decides whose code runs
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = _RUNNING.search(self.log.read_text(errors="replace"))
-            if found is not None:
-                self.api, self.gateway = found["api"], found["gateway"] or ""
-                return
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the daemon exited:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("the daemon did not start in time")
+@dataclass
+class BenchDaemon(DaemonProcess):
+    """The kit's launcher with CPU meters (Linux ``/proc``)."""
 
     def cpu_seconds(self) -> float:
         """User + system CPU of the daemon process so far (its threads included)."""
         return process_cpu(self.pid)
 
+    def tree_cpu_seconds(self) -> float:
+        """CPU of the command and its node processes (``server.processes``) so far."""
+        return tree_cpu(self.pid)
+
     def postmaster(self) -> int | None:
-        """The embedded PostgreSQL's postmaster pid, if it runs in ``workdir/pg``."""
-        pidfile = self.workdir / "pg" / "postmaster.pid"
+        """The embedded PostgreSQL's postmaster pid, if it runs in ``WORKDIR/pg``."""
+        assert self.cwd is not None
+        pidfile = self.cwd / "pg" / "postmaster.pid"
         try:
             return int(pidfile.read_text().split()[0])
         except (OSError, ValueError, IndexError):
@@ -131,22 +71,31 @@ class CliDaemon:
         postmaster = self.postmaster()
         return postgres_cpu(postmaster) if postmaster else 0.0
 
-    def metrics(self) -> dict[str, float]:
-        """``/metrics`` samples by ``name{labels}``."""
-        text = httpx.get(f"http://{self.api}/metrics", timeout=60).text
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
 
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 30 s; the embedded server stops with it."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+def bench_daemon(
+    workdir: Path,
+    settings: Mapping[str, Any] | str,
+    env: Mapping[str, str],
+    *,
+    name: str = "daemon",
+    args: Sequence[str] = (),
+) -> BenchDaemon:
+    """A daemon of ``settings`` (nested mappings or TOML text) run in ``workdir``:
+    ``NAME.toml``, ``NAME.log``; with mappings, ``database.data_dir`` is
+    ``WORKDIR/pg`` unless ``database.url`` is given. Not started yet."""
+    if not isinstance(settings, str):
+        data = {
+            key: dict(value) if isinstance(value, Mapping) else value
+            for key, value in settings.items()
+        }
+        database = data.setdefault("database", {})
+        if "url" not in database:
+            database.setdefault("data_dir", str(workdir / "pg"))
+        settings = data
+    return BenchDaemon(
+        config_file=write_settings(workdir / f"{name}.toml", settings),
+        log_file=workdir / f"{name}.log",
+        env=env,
+        args=tuple(args),
+        cwd=workdir,  # not the repository: PYTHONPATH decides whose code runs
+    )

@@ -32,10 +32,8 @@ Usage: .venv/bin/python bench/cluster.py [--idle N] [--desktops D] [--rate R]
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import multiprocessing
-import os
 import random
 import sys
 import tempfile
@@ -48,14 +46,14 @@ from typing import Any
 
 import psycopg
 import trio
-import trio_websocket
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import CliNode, bench_database, machine, masked_text, raise_file_limit, report
+from bench._common import bench_database, machine, raise_file_limit, report
+from bench._daemon import KEY, BenchDaemon, bench_daemon
 from bothy_notify.auth import mint_token
+from testkit.ws import Closed, GatewayClient
 
-KEY = "bench-only-hs256-key-0123456789abcdef"
 CONNECT_CONCURRENCY = 200
 """Handshakes in flight at once per client process (the listen backlog is larger)."""
 SETTLE_SECONDS = 2.0
@@ -67,84 +65,56 @@ ROLES = {"multi": [("a", "api"), ("b", "api"), ("w", "worker")], "single": [("al
 # -- the nodes -------------------------------------------------------------------------
 
 
-class Node(CliNode):
+def cluster_node(name: str, workdir: Path, url: str, role: str, mode: str) -> BenchDaemon:
     """One ``bothy-notify run`` child process of a run (its role and cluster mode)."""
-
-    def __init__(self, name: str, workdir: Path, url: str, role: str, mode: str) -> None:
-        config = "\n".join(
-            [
-                "[server]",
-                f'role = "{role}"',
-                'api_listen = "127.0.0.1:0"',
-                'gateway_listen = "127.0.0.1:0"',
-                'drain_period = "5s"',
-                "[cluster]",
-                f'mode = "{mode}"',
-                "[database]",
-                'url = "env:BOTHY_BENCH_DATABASE"',
-                "pool_size = 10",
-                "[[auth.keys]]",
-                'algorithm = "HS256"',
-                'key = "env:BOTHY_BENCH_KEY"',
-                "[sync]",
-                'heartbeat = "1h"',
-                'identify_timeout = "60s"',
-                "[notify]",
-                'coalesce_window = "0s"',
-                'poll_interval = "1s"',
-                "[push.fake]",
-                "[log]",
-                'level = "warning"',
-            ]
-        )
-        super().__init__(
-            name, workdir, config + "\n", {"BOTHY_BENCH_DATABASE": url, "BOTHY_BENCH_KEY": KEY}
-        )
+    settings = {
+        "server": {
+            "role": role,
+            "api_listen": "127.0.0.1:0",
+            "gateway_listen": "127.0.0.1:0",
+            "drain_period": "5s",
+        },
+        "cluster": {"mode": mode},
+        "database": {"url": "env:BOTHY_BENCH_DATABASE", "pool_size": 10},
+        "auth": {"keys": [{"algorithm": "HS256", "key": "env:BOTHY_BENCH_KEY"}]},
+        "sync": {"heartbeat": "1h", "identify_timeout": "60s"},
+        "notify": {"coalesce_window": "0s", "poll_interval": "1s"},
+        "push": {"fake": {}},
+        "log": {"level": "warning"},
+    }
+    env = {"BOTHY_BENCH_DATABASE": url, "BOTHY_BENCH_KEY": KEY}
+    return bench_daemon(workdir, settings, env, name=name)
 
 
 @contextmanager
-def running(nodes: list[Node]) -> Iterator[list[Node]]:
+def running(nodes: list[BenchDaemon]) -> Iterator[list[BenchDaemon]]:
+    """Every node started at once, each serving, and stopped at the end."""
     try:
         for node in nodes:
-            node.start()
+            node.launch()
         for node in nodes:
-            node.wait_serving()
+            node.wait_serving_sync()
         yield nodes
     finally:
         for node in nodes:
-            node.stop()
+            with suppress(Exception):
+                node.stop_sync()
 
 
 # -- the client processes --------------------------------------------------------------
 
 
-async def idle_connection(host: str, port: int, token: str) -> trio.SocketStream:
+async def idle_connection(address: str, token: str) -> GatewayClient:
     """A connection that identifies, waits for ``catchup.complete`` and then only stays
-    open: a few bytes by hand instead of a WebSocket library's tasks, so one client
-    process holds thousands of them cheaply (the server side is the real thing)."""
-    stream = await trio.open_tcp_stream(host, port)
-    key = base64.b64encode(os.urandom(16))
-    await stream.send_all(
-        b"GET /v1/gateway HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"
-        b"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        % (host.encode(), key)
-    )
-    seen = b""
-    while b"\r\n\r\n" not in seen or b'"hello"' not in seen:
-        chunk = await stream.receive_some(4096)
-        if not chunk:
-            raise OSError("closed during the handshake")
-        seen += chunk
-    if not seen.startswith(b"HTTP/1.1 101"):
-        raise OSError("upgrade refused")
-    identify = json.dumps({"op": "identify", "d": {"token": token}}).encode()
-    await stream.send_all(masked_text(identify))
-    while b"catchup.complete" not in seen:
-        chunk = await stream.receive_some(4096)
-        if not chunk:
-            raise OSError("closed before catchup.complete")
-        seen += chunk
-    return stream
+    open (the kit's client holds no task of its own: one client process holds
+    thousands of them cheaply; the server side is the real thing)."""
+    client = await GatewayClient.open(address)
+    try:
+        await client.identify(token)
+    except BaseException:
+        await client.aclose()
+        raise
+    return client
 
 
 def client_process(
@@ -157,23 +127,22 @@ def client_process(
 async def _client_main(
     pipe: Connection, address: str, prefix: str, idle: int, desktops: range, total: int
 ) -> None:
-    host, _, port = address.rpartition(":")
     arrivals: dict[str, float] = {}
-    sockets: dict[int, trio_websocket.WebSocketConnection] = {}
+    sockets: dict[int, GatewayClient] = {}
     limiter = trio.CapacityLimiter(CONNECT_CONCURRENCY)
     failures = 0
     changes = 0
 
-    async def reader(ws: trio_websocket.WebSocketConnection) -> None:
+    async def reader(ws: GatewayClient) -> None:
         try:
             while True:
-                frame = json.loads(await ws.get_message())
+                frame = await ws.op()
                 if frame.get("type") == "notification.created":
                     arrivals[frame["payload"]["message_id"]] = time.monotonic()
-        except trio_websocket.ConnectionClosed:
+        except Closed:
             return
 
-    idle_streams: list[trio.SocketStream] = []
+    idle_clients: list[GatewayClient] = []
 
     async def connect_idle(user: str) -> None:
         nonlocal failures
@@ -182,8 +151,8 @@ async def _client_main(
         )
         async with limiter:
             try:
-                idle_streams.append(await idle_connection(host, int(port), token))
-            except OSError:
+                idle_clients.append(await idle_connection(address, token))
+            except (OSError, Closed):
                 failures += 1
 
     async def connect(nursery: trio.Nursery, user: str, platform: str, index: int) -> None:
@@ -193,17 +162,12 @@ async def _client_main(
         )
         async with limiter:
             try:
-                stream = await trio.open_tcp_stream(host, int(port))
-                ws = await trio_websocket.wrap_client_stream(nursery, stream, host, "/v1/gateway")
-                await ws.get_message()  # hello
-                await ws.send_message(json.dumps({"op": "identify", "d": {"token": token}}))
-                while json.loads(await ws.get_message()).get("op") != "catchup.complete":
-                    pass
+                ws = await idle_connection(address, token)
                 # Answered once the presence is shared with the cluster.
-                await ws.send_message(json.dumps({"op": "focus", "d": {"thread_ids": []}}))
-                while json.loads(await ws.get_message()).get("op") != "focus.ack":
+                await ws.send("focus", {"thread_ids": []})
+                while (await ws.op()).get("op") != "focus.ack":
                     pass
-            except (OSError, trio_websocket.HandshakeError, trio_websocket.ConnectionClosed):
+            except (OSError, Closed):
                 failures += 1
                 return
         sockets[index] = ws
@@ -219,9 +183,9 @@ async def _client_main(
             other = rng.randrange(total)
             if other == i:
                 other = (other + 1) % total
-            frame = {"op": "focus", "d": {"thread_ids": [f"t{other}"], "idle": rng.random() < 0.5}}
-            with suppress(trio_websocket.ConnectionClosed):
-                await sockets[i].send_message(json.dumps(frame))
+            focus = {"thread_ids": [f"t{other}"], "idle": rng.random() < 0.5}
+            with suppress(Closed):
+                await sockets[i].send("focus", focus)
             changes += 1
             await trio.sleep_until(start + changes / rate)
 
@@ -342,7 +306,7 @@ def percentile(values: list[float], q: float) -> float:
 def measure(url: str, workdir: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """One run: start the nodes, connect, load, and measure."""
     roles = ROLES[mode]
-    nodes = [Node(f"{mode}-{name}", workdir, url, role, mode) for name, role in roles]
+    nodes = [cluster_node(f"{mode}-{name}", workdir, url, role, mode) for name, role in roles]
     ctx = multiprocessing.get_context("spawn")
     out: dict[str, Any] = {}
     started = time.monotonic()

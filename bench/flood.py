@@ -41,9 +41,9 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import machine, report
-from bench._daemon import KEY, CliDaemon, add_code_argument, daemon_env
-from bench._wsclient import Closed, RawGateway, op_frame
+from bench._daemon import KEY, add_code_argument, bench_daemon, daemon_env
 from bothy_notify.auth import mint_token
+from testkit.ws import Closed, GatewayClient, op_frame
 
 FLOODER = "flooder"
 VICTIM = "victim"
@@ -90,27 +90,26 @@ def flood_process(pipe: Connection, gateway: str, connections: int, ids: int) ->
 
 
 async def _flood(pipe: Connection, gateway: str, connections: int, ids: int) -> None:
-    host, _, port = gateway.rpartition(":")
-    focus = op_frame({"op": "focus", "d": {"thread_ids": [f"ft{i}" for i in range(ids)]}})
+    focus = op_frame("focus", {"thread_ids": [f"ft{i}" for i in range(ids)]})
     counts = {"sent": 0, "acked": 0, "connections": 0}
     closes: dict[str, int] = {}
 
-    async def send(ws: RawGateway) -> None:
+    async def send(ws: GatewayClient) -> None:
         try:
             while True:
-                await ws.send(focus)
+                await ws.send_frame(focus)
                 counts["sent"] += 1
         except Closed:
             return
 
-    async def read(ws: RawGateway) -> str:
+    async def read(ws: GatewayClient) -> str:
         """Count the acks until the server closes; how it closed."""
         try:
             while True:
                 if (await ws.op()).get("op") == "focus.ack":
                     counts["acked"] += 1
         except Closed as exc:
-            return str(exc.code) if exc.code is not None else "1006"
+            return str(exc.code)
 
     async def one(index: int) -> None:
         token = mint_token(
@@ -118,7 +117,7 @@ async def _flood(pipe: Connection, gateway: str, connections: int, ids: int) -> 
         )
         while True:
             try:
-                ws = await RawGateway.open(host, int(port))
+                ws = await GatewayClient.open(gateway)
             except (OSError, Closed):
                 closes["refused"] = closes.get("refused", 0) + 1
                 await trio.sleep(0.01)
@@ -128,7 +127,7 @@ async def _flood(pipe: Connection, gateway: str, connections: int, ids: int) -> 
                 try:
                     await ws.identify(token)
                 except Closed as exc:
-                    key = str(exc.code) if exc.code is not None else "1006"
+                    key = str(exc.code)
                 else:
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(send, ws)
@@ -180,7 +179,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     }
     ctx = multiprocessing.get_context("spawn")
     out: dict[str, Any] = {}
-    with CliDaemon(workdir, settings, daemon_env(args)) as daemon:
+    with bench_daemon(workdir, settings, daemon_env(args)) as daemon:
         seed(daemon.api, args.ids)
         time.sleep(2.0)  # the round applies the seed
         victim_pipe, victim_child = ctx.Pipe()

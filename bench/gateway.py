@@ -50,7 +50,6 @@ from typing import Any
 
 import psycopg
 import trio
-import trio_websocket
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -68,6 +67,7 @@ from bothy_notify.config import structure_config
 from bothy_notify.push.fake import FakeProvider
 from bothy_notify.wiring import Daemon
 from gateway.service import Gateway, build_gateway
+from testkit.ws import Closed, GatewayClient
 
 KEY = "bench-only-hs256-key-0123456789abcdef"
 CONNECT_CONCURRENCY = 200
@@ -102,19 +102,19 @@ def client_process(pipe: Connection, address: str, idle: int, desktops: int) -> 
 
 
 async def _client_main(pipe: Connection, address: str, idle: int, desktops: int) -> None:
-    host, _, port = address.rpartition(":")
     arrivals: dict[str, float] = {}
     limiter = trio.CapacityLimiter(CONNECT_CONCURRENCY)
     failures = 0
+    idle_clients: list[GatewayClient] = []  # held open, never read
 
-    async def reader(ws: trio_websocket.WebSocketConnection) -> None:
+    async def reader(ws: GatewayClient) -> None:
         nonlocal arrivals
         try:
             while True:
-                frame = json.loads(await ws.get_message())
+                frame = await ws.op()
                 if frame.get("type") == "notification.created":
                     arrivals[frame["payload"]["message_id"]] = time.monotonic()
-        except trio_websocket.ConnectionClosed:
+        except Closed:
             return
 
     async def connect(
@@ -123,18 +123,19 @@ async def _client_main(pipe: Connection, address: str, idle: int, desktops: int)
         nonlocal failures
         token = mint_token(KEY, {"sub": user, "did": device, "plat": platform, "kind": "user"})
         async with limiter:
+            ws = None
             try:
-                stream = await trio.open_tcp_stream(host, int(port))
-                ws = await trio_websocket.wrap_client_stream(nursery, stream, host, "/v1/gateway")
-                await ws.get_message()  # hello
-                await ws.send_message(json.dumps({"op": "identify", "d": {"token": token}}))
-                while json.loads(await ws.get_message()).get("op") != "catchup.complete":
-                    pass
-            except (OSError, trio_websocket.HandshakeError, trio_websocket.ConnectionClosed):
+                ws = await GatewayClient.open(address)
+                await ws.identify(token)
+            except (OSError, Closed):
                 failures += 1
+                if ws is not None:
+                    await ws.aclose()
                 return
         if read:
             nursery.start_soon(reader, ws)
+        else:
+            idle_clients.append(ws)
 
     async def command() -> str:
         message: str = await trio.to_thread.run_sync(pipe.recv)
@@ -395,12 +396,13 @@ async def serve_and_measure(url: str, args: argparse.Namespace) -> dict[str, Any
         },
         env={"BOTHY_BENCH_KEY": KEY},
     )
-    trace: _stages.Trace | None = None
-    if args.stages:
-        trace = _stages.Trace()
-        _stages.install(trace)
+    trace = _stages.Trace() if args.stages else None
     daemon = Daemon(
-        config, database_url=url, providers={"fake": FakeProvider()}, gateway_factory=build_gateway
+        config,
+        database_url=url,
+        providers={"fake": FakeProvider()},
+        gateway_factory=build_gateway,
+        instrument=trace,
     )
     ctx = multiprocessing.get_context("spawn")
     out: dict[str, Any] = {}

@@ -4,7 +4,7 @@ The daemon runs as a user starts it (``bothy-notify run --config <temp toml>``,
 role ``all``, the embedded PostgreSQL), in its own process; the WebSocket
 clients run in ``--client-processes`` separate processes (one process may hold
 at most 20,000 open files), each connection a socket and one task
-(``bench/_wsclient.py``) that sends ``{"op":"ping"}`` at the interval its
+(``testkit/ws.py``) that sends ``{"op":"ping"}`` at the interval its
 ``hello`` gives (``heartbeat_ms``), from a random offset after it went live.
 
 (1) Ten connections, one of them a probe that pings five times a second and
@@ -43,7 +43,6 @@ import json
 import multiprocessing
 import random
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,12 +56,12 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import machine, machine_busy, print_profile, process_cpu, report
-from bench._daemon import KEY, CliDaemon, add_code_argument, daemon_env
-from bench._wsclient import PING, Closed, RawGateway
+from bench._common import Profiler, machine, machine_busy, process_cpu, report
+from bench._daemon import KEY, add_code_argument, bench_daemon, daemon_env
 from bench._wsfloor import floor_process
 from bothy_notify.auth import mint_token
 from bothy_notify.config import SyncConfig
+from testkit.ws import ABNORMAL, PING, Closed, GatewayClient
 
 PROBE_INTERVAL = 0.2
 """Seconds between the probe's pings (5/s: within the default ops_per_second)."""
@@ -112,17 +111,17 @@ class Clients:
 
 async def connect(
     host: str, port: int, token: str, state: Clients, limiter: trio.CapacityLimiter
-) -> tuple[RawGateway, int] | None:
+) -> tuple[GatewayClient, int] | None:
     """Connect and identify, retrying after refusals; ``None`` after :data:`ATTEMPTS`."""
     for _ in range(ATTEMPTS):
         async with limiter:
-            ws: RawGateway | None = None
+            ws: GatewayClient | None = None
             try:
-                ws = await RawGateway.open(host, port)
+                ws = await GatewayClient.open(f"{host}:{port}")
                 heartbeat_ms = await ws.identify(token)
                 return ws, heartbeat_ms
             except Closed as exc:
-                reason = f"close {exc.code}" if exc.code is not None else "dropped"
+                reason = f"close {exc.code}" if exc.code != ABNORMAL else "dropped"
             except OSError as exc:
                 reason = type(exc).__name__
             if ws is not None:
@@ -132,7 +131,7 @@ async def connect(
     return None
 
 
-async def heartbeat(ws: RawGateway, interval: float, state: Clients, *, probe: bool) -> None:
+async def heartbeat(ws: GatewayClient, interval: float, state: Clients, *, probe: bool) -> None:
     """Ping at ``interval`` (the probe: every :data:`PROBE_INTERVAL`) until closed."""
     gap = PROBE_INTERVAL if probe else interval
     due = trio.current_time() + (gap if probe else random.uniform(0, interval))
@@ -144,7 +143,7 @@ async def heartbeat(ws: RawGateway, interval: float, state: Clients, *, probe: b
                 continue
             sent = time.monotonic()
             state.sent.append(sent)
-            await ws.send(PING)
+            await ws.send_frame(PING)
             while (await ws.op()).get("op") != "pong":
                 pass
             state.pongs += 1
@@ -154,7 +153,7 @@ async def heartbeat(ws: RawGateway, interval: float, state: Clients, *, probe: b
             # missed rather than sending them in a burst.
             due = max(due + gap, trio.current_time())
     except Closed as exc:
-        key = str(exc.code) if exc.code is not None else "abnormal"
+        key = str(exc.code) if exc.code != ABNORMAL else "abnormal"
         state.closes[key] = state.closes.get(key, 0) + 1
     finally:
         await ws.aclose()
@@ -319,28 +318,6 @@ class ClientFleet:
                 proc.kill()
 
 
-class Spy:
-    """``py-spy record`` on a process, raw collapsed stacks into ``path``."""
-
-    def __init__(self, pid: int, path: Path) -> None:
-        spy = Path(sys.executable).parent / "py-spy"
-        self.path = path
-        self.proc = subprocess.Popen(
-            [
-                *(str(spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "200"),
-                *("--output", str(path), "--nonblocking"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        time.sleep(1.0)
-
-    def stop(self) -> None:
-        self.proc.send_signal(2)
-        self.proc.wait(60)
-        print_profile(str(self.path), 30)
-
-
 def storm(fleet: ClientFleet, address: str, cpu: Any, pg_cpu: Any) -> dict[str, Any]:
     """Every client process opens its share at once; until the last ``catchup.complete``."""
     cpu_before, pg_before = cpu(), pg_cpu()
@@ -439,7 +416,8 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     floor_pipe, floor_child = ctx.Pipe()
     floor: Any = None
     try:
-        with CliDaemon(workdir, settings, daemon_env(args)) as daemon:
+        with bench_daemon(workdir, settings, daemon_env(args)) as daemon:
+            assert daemon.gateway is not None
             print(f"daemon pid {daemon.pid}, gateway ws://{daemon.gateway}", flush=True)
             print("(1) 10 connections, the probe's pong round trip ...", flush=True)
             fleet.first("connect", "small", daemon.gateway, 10, True)
@@ -451,10 +429,12 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             print(f"    pong round trip with 10 connected: {out['rtt_10_ms']}", flush=True)
 
             print(f"(2) storm: {args.connections} clients connect at once ...", flush=True)
-            spy = Spy(daemon.pid, args.profile / "storm.txt") if args.profile else None
+            spy = (
+                Profiler(str(args.profile / "storm.txt"), 200, daemon.pid) if args.profile else None
+            )
             out["storm"] = storm(fleet, daemon.gateway, daemon.cpu_seconds, daemon.postgres_cpu)
             if spy is not None:
-                spy.stop()
+                spy.stop(top=30)
             print(f"    {out['storm']}", flush=True)
             interval = args.heartbeat_seconds or DEFAULT_HEARTBEAT
             print(
@@ -462,10 +442,14 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 f" then {args.quiet:g} s quiet ...",
                 flush=True,
             )
-            spy = Spy(daemon.pid, args.profile / "heartbeat.txt") if args.profile else None
+            spy = (
+                Profiler(str(args.profile / "heartbeat.txt"), 200, daemon.pid)
+                if args.profile
+                else None
+            )
             beat = beats(fleet, daemon.cpu_seconds, interval, args.beats, args.quiet)
             if spy is not None:
-                spy.stop()
+                spy.stop(top=30)
             out["rtt_all_ms"] = rtt_ms(beat.pop("rtts"))
             out["heartbeat"] = beat
             print(f"    {beat}", flush=True)

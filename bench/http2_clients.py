@@ -1,7 +1,7 @@
 """Benchmark: HTTP/2 clients for APNs, each in a bare loop against the fake APNs servers.
 
 For each fake (``nginx``: C speed, checks the path only; ``python``:
-``tests/push/fake_apns.py``, checks everything and costs more per request than a
+``testkit/fakes/apns.py``, checks everything and costs more per request than a
 client) and each client, ``--concurrency`` Trio tasks post ``--requests`` of
 the provider's exact APNs requests (headers, body, a real ES256 provider JWT)
 over one TLS connection:
@@ -57,11 +57,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._common import Meter, machine, report  # noqa: E402
-from bench._fakes import KEY_ID, TEAM_ID, TOPIC, FakeApnsServer, start_fake  # noqa: E402
 from bothy_notify.push.http2 import Http2Client  # noqa: E402
 from bothy_notify.push.port import PushMessage  # noqa: E402
 from bothy_notify.push.streams import CancelSafeStream  # noqa: E402
 from bothy_notify.push.transport import REQUEST_BOUND, ProviderAnswer, ssl_context  # noqa: E402
+from testkit.fakes import KEY_ID, TEAM_ID, TOPIC, FakeApnsServer, start_fake  # noqa: E402
 
 Post = Callable[[str, bytes], Awaitable[int]]
 """``(device token, body) -> status``."""

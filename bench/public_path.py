@@ -24,13 +24,14 @@ Phases, in this order (figures of the closing JSON line in brackets):
     process, fed by the same producer at ``--rate`` and at ``--high-rate``), the
     same POST through Starlette on Hypercorn (one route that reads the JSON body
     and answers a ``JSONResponse``: what the daemon's API is built on), and a
-    bare wsproto ping/pong (a minimal wsproto echo server process, pinged by the
-    same clients at the ping rate of the measured phase): CPU per request of
-    those processes [``bare_http_*``, ``starlette_http_*``, ``bare_ping_*``].
-    The Starlette floor stays up: after phases (a) and (c) it is fed again at
-    the rate that phase reached, from as many connections, so each phase's
-    daemon CPU per POST has a floor of the same run at the same rate
-    [``few_floor_*``, ``high_floor_*``, and ``*_ratio_to_floor``].
+    bare wsproto ping/pong (``bench/_wsfloor.py``: a minimal wsproto server
+    process, pinged by the same clients at the ping rate of the measured
+    phase): CPU per request of those processes [``bare_http_*``,
+    ``starlette_http_*``, ``bare_ping_*``]. The Starlette floor stays up: after
+    phases (a) and (c) it is fed again at the rate that phase reached, from as
+    many connections, so each phase's daemon CPU per POST has a floor of the
+    same run at the same rate [``few_floor_*``, ``high_floor_*``, and
+    ``*_ratio_to_floor``].
 (a) ``--few`` (10) following desktops connected; ``--rate`` (200) events/s for
     ``--seconds``, over their threads [``few_*``].
 (s) The storm: the other connections (``--connections`` in all, 19,000) all
@@ -68,7 +69,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import heapq
 import json
 import math
@@ -92,19 +92,19 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import (
-    CliNode,
     Profiler,
     machine,
-    masked_text,
     postgres_cpu,
     process_cpu,
     raise_file_limit,
     report,
     tree_cpu,
 )
+from bench._daemon import KEY, BenchDaemon, bench_daemon
+from bench._wsfloor import floor_process
 from bothy_notify.auth import mint_token
+from testkit.ws import ABNORMAL, OPCODE_TEXT, PING, Closed, GatewayClient
 
-KEY = "bench-only-hs256-key-0123456789abcdef"
 PRODUCER_SUBJECT = "bench-producer"
 DRAIN_WAIT = 10.0
 """Seconds a phase waits after its producers end for the last hints to arrive."""
@@ -126,46 +126,13 @@ def percentile(values: list[float], q: float) -> float | None:
 # -- WebSocket clients (their own processes) -------------------------------------------
 
 
-class FrameReader:
-    """Server frames (unmasked, RFC 6455 section 5.2) out of received bytes."""
-
-    def __init__(self) -> None:
-        self._buffer = b""
-
-    def feed(self, data: bytes) -> Iterator[tuple[int, bytes]]:
-        buffer = self._buffer + data
-        at = 0
-        while len(buffer) - at >= 2:
-            opcode, length = buffer[at] & 0x0F, buffer[at + 1] & 0x7F
-            start = at + 2
-            if length == 126:
-                if len(buffer) - at < 4:
-                    break
-                length, start = int.from_bytes(buffer[at + 2 : at + 4], "big"), at + 4
-            elif length == 127:
-                if len(buffer) - at < 10:
-                    break
-                length, start = int.from_bytes(buffer[at + 2 : at + 10], "big"), at + 10
-            if len(buffer) - start < length:
-                break
-            yield opcode, buffer[start : start + length]
-            at = start + length
-        self._buffer = buffer[at:]
-
-
-class Refused(Exception):
-    """A connection attempt that did not get to ``live`` (retried)."""
-
-
 class Clients:
     """The connections of one client process and the commands it answers."""
-
-    PING = b'{"op":"ping"}'
 
     def __init__(self, pipe: Connection, index: int) -> None:
         self.pipe = pipe
         self.rng = random.Random(index)
-        self.streams: dict[int, trio.SocketStream] = {}
+        self.streams: dict[int, GatewayClient] = {}
         self.arrivals: dict[str, float] = {}
         self.heap: list[tuple[float, int]] = []
         self.interval = 30.0
@@ -202,7 +169,6 @@ class Clients:
     ) -> dict[str, Any]:
         """Connect ``users`` ((index, follower)) from ``start_at`` on, at most
         ``concurrency`` in flight; ``interval`` overrides the hello's heartbeat."""
-        host, _, port = address.rpartition(":")
         tokens = {
             i: mint_token(KEY, _device_claims(i, follower)) if not bare else ""
             for i, follower in users
@@ -220,23 +186,23 @@ class Clients:
                 async with limiter:
                     try:
                         with trio.fail_after(30):
-                            stream, reader = await self._open(host, int(port), tokens[i], bare)
+                            client = await self._open(address, tokens[i], bare)
                         break
-                    except (OSError, trio.BrokenResourceError, trio.TooSlowError, Refused):
+                    except (OSError, trio.TooSlowError, Closed):
                         self.retries += 1
                 if time.monotonic() > deadline:
                     self.failures += 1
                     return
                 await trio.sleep(self.rng.uniform(0.05, 0.5))
             live_at.append(time.monotonic())
-            self.streams[i] = stream
+            self.streams[i] = client
             self.interval = interval or (self.heartbeat_ms or 30_000) / 1000
             heapq.heappush(
                 self.heap, (time.monotonic() - self.shift + self.rng.uniform(0, self.interval), i)
             )
             self.wake.set()
             assert self.group is not None
-            self.group.start_soon(self._read, i, stream, reader)
+            self.group.start_soon(self._read, i, client)
 
         async with trio.open_nursery() as starters:
             for i, _ in users:
@@ -252,14 +218,13 @@ class Clients:
 
     async def do_close(self) -> dict[str, Any]:
         """Close every connection (the floor's echo server is done with)."""
-        streams = list(self.streams.values())
+        clients = list(self.streams.values())
         self.streams.clear()
         self.heap.clear()
         if self.group_scope is not None:
             self.group_scope.cancel()
-        for stream in streams:
-            with contextlib.suppress(Exception):
-                await stream.aclose()
+        for client in clients:
+            await client.aclose()
         self.group = self.group_scope = None
         self.closes.clear()
         self.pings = self.pongs = 0
@@ -313,79 +278,39 @@ class Clients:
 
     _top: trio.Nursery | None = None
 
-    async def _open(
-        self, host: str, port: int, token: str, bare: bool
-    ) -> tuple[trio.SocketStream, FrameReader]:
-        """A WebSocket by hand (a few bytes, no library task per connection, so one
-        process holds thousands cheaply; the server side is the real thing),
-        identified and caught up, or just upgraded when ``bare``."""
-        stream = await trio.open_tcp_stream(host, port)
+    async def _open(self, address: str, token: str, bare: bool) -> GatewayClient:
+        """A connection (the kit's client: no task per connection, so one process
+        holds thousands cheaply; the server side is the real thing), identified and
+        caught up, or just upgraded when ``bare``."""
+        client = await GatewayClient.open(address)
         try:
-            key = "dGhlIHNhbXBsZSBub25jZQ=="
-            await stream.send_all(
-                b"GET /v1/gateway HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"
-                b"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\n"
-                b"Sec-WebSocket-Version: 13\r\n\r\n" % (host.encode(), key.encode())
-            )
-            seen = b""
-            while b"\r\n\r\n" not in seen:
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    raise Refused
-                seen += chunk
-            head, _, rest = seen.partition(b"\r\n\r\n")
-            if not head.startswith(b"HTTP/1.1 101"):
-                raise Refused
-            reader = FrameReader()
-            if bare:
-                list(reader.feed(rest))
-                return stream, reader
-            await self._until(stream, reader, rest, b'"hello"')
-            identify = json.dumps({"op": "identify", "d": {"token": token}}).encode()
-            await stream.send_all(masked_text(identify))
-            await self._until(stream, reader, b"", b'"catchup.complete"')
-            return stream, reader
+            if not bare:
+                heartbeat_ms = await client.identify(token)
+                if self.heartbeat_ms is None:
+                    self.heartbeat_ms = heartbeat_ms
         except BaseException:
-            with contextlib.suppress(Exception):
-                await stream.aclose()
+            await client.aclose()
             raise
+        return client
 
-    async def _until(
-        self, stream: trio.SocketStream, reader: FrameReader, data: bytes, marker: bytes
-    ) -> None:
-        while True:
-            for opcode, payload in reader.feed(data):
-                if opcode == 8:
-                    raise Refused
-                if marker in payload:
-                    if marker == b'"hello"' and self.heartbeat_ms is None:
-                        self.heartbeat_ms = int(json.loads(payload)["d"]["heartbeat_ms"])
-                    return
-            data = await stream.receive_some(65536)
-            if not data:
-                raise Refused
-
-    async def _read(self, i: int, stream: trio.SocketStream, reader: FrameReader) -> None:
+    async def _read(self, i: int, client: GatewayClient) -> None:
         try:
             while True:
-                data = await stream.receive_some(65536)
+                messages = await client.receive()
                 now = time.monotonic()
-                if not data:
-                    self.closes[0] = self.closes.get(0, 0) + 1
-                    return
-                for opcode, payload in reader.feed(data):
-                    if opcode == 1:
-                        if payload == b'{"op":"pong"}':
-                            self.pongs += 1
-                        elif b'"notification.created"' in payload:
-                            found = _MESSAGE_ID.search(payload)
-                            if found is not None:
-                                self.arrivals.setdefault(found.group(1).decode(), now)
-                    elif opcode == 8:
-                        code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else 0
-                        self.closes[code] = self.closes.get(code, 0) + 1
-                        return
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                for opcode, payload in messages:
+                    if opcode != OPCODE_TEXT:
+                        continue
+                    if payload == b'{"op":"pong"}':
+                        self.pongs += 1
+                    elif b'"notification.created"' in payload:
+                        found = _MESSAGE_ID.search(payload)
+                        if found is not None:
+                            self.arrivals.setdefault(found.group(1).decode(), now)
+        except Closed as exc:
+            code = 0 if exc.code == ABNORMAL else exc.code  # 0: ended without a close frame
+            self.closes[code] = self.closes.get(code, 0) + 1
+        except OSError:
             self.closes[-1] = self.closes.get(-1, 0) + 1
         finally:
             self.streams.pop(i, None)
@@ -406,14 +331,14 @@ class Clients:
                     await self.wake.wait()
                 continue
             _, i = heapq.heappop(heap)
-            stream = self.streams.get(i)
-            if stream is None:
+            client = self.streams.get(i)
+            if client is None:
                 continue
             heapq.heappush(heap, (due - self.shift + self.interval, i))
             try:
-                await stream.send_all(masked_text(self.PING))
+                await client.send_frame(PING)
                 self.pings += 1
-            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+            except (Closed, trio.BusyResourceError):
                 continue
 
 
@@ -613,51 +538,6 @@ def starlette_http_process(pipe: Connection) -> None:
     trio.run(main)
 
 
-def bare_ws_process(pipe: Connection) -> None:
-    """A minimal wsproto echo server: answers ``{"op":"ping"}`` with ``{"op":"pong"}``."""
-    from wsproto import ConnectionType, WSConnection
-    from wsproto.events import (
-        AcceptConnection,
-        CloseConnection,
-        Ping,
-        Request,
-        TextMessage,
-    )
-
-    async def handle(stream: trio.SocketStream) -> None:
-        ws = WSConnection(ConnectionType.SERVER)
-        try:
-            while True:
-                data = await stream.receive_some(65536)
-                if not data:
-                    return
-                ws.receive_data(data)
-                out = b""
-                for event in ws.events():
-                    if isinstance(event, Request):
-                        out += ws.send(AcceptConnection())
-                    elif isinstance(event, TextMessage):
-                        if event.data == '{"op":"ping"}':
-                            out += ws.send(TextMessage(data='{"op":"pong"}'))
-                    elif isinstance(event, (Ping, CloseConnection)):
-                        out += ws.send(event.response())
-                if out:
-                    await stream.send_all(out)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            listeners = await nursery.start(
-                functools.partial(trio.serve_tcp, handle, 0, host="127.0.0.1")
-            )
-            host, port = listeners[0].socket.getsockname()[:2]
-            pipe.send(f"{host}:{port}")
-
-    raise_file_limit()
-    trio.run(main)
-
-
 # -- the run ---------------------------------------------------------------------------
 
 
@@ -693,7 +573,7 @@ class Run:
         self.ctx = multiprocessing.get_context("spawn")
         self.token = mint_token(KEY, {"sub": PRODUCER_SUBJECT, "scope": "events:write"})
         self.clients: list[tuple[Connection, Any]] = []
-        self.node: CliNode | None = None
+        self.node: BenchDaemon | None = None
         self.postmaster: int | None = None
         self.first_seq = 1
         self.out: dict[str, Any] = {}
@@ -750,14 +630,10 @@ class Run:
 
     def start_daemon(self) -> None:
         data_dir = self.workdir / "pg"
-        self.node = CliNode(
-            "daemon",
-            self.workdir,
-            daemon_config(data_dir, self.args.processes),
-            {"BOTHY_BENCH_KEY": KEY},
+        self.node = bench_daemon(
+            self.workdir, daemon_config(data_dir, self.args.processes), {"BOTHY_BENCH_KEY": KEY}
         )
-        self.node.start()
-        self.node.wait_serving(timeout=300)
+        self.node.start_sync(timeout=300)
         with open(data_dir / "postmaster.pid", encoding="ascii") as pidfile:
             self.postmaster = int(pidfile.readline())
 
@@ -773,7 +649,7 @@ class Run:
             if proc.is_alive():
                 proc.kill()
         if self.node is not None:
-            self.node.stop()
+            self.node.stop_sync()
         if self.postmaster is not None:
             # The daemon stops its embedded server; should it not have, stop it here.
             for _ in range(100):
@@ -1096,10 +972,10 @@ class Run:
                 proc.join()
 
         pipe, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=bare_ws_process, args=(child,), daemon=True)
-        proc.start()
-        address = pipe.recv()
         ping_rate = args.connections / 30.0  # the default sync.heartbeat
+        proc = self.ctx.Process(target=floor_process, args=(child, 30_000), daemon=True)
+        proc.start()
+        address = f"127.0.0.1:{pipe.recv()}"
         conns = min(args.connections, 2000)
         got = self.connect(
             address, [(i, False) for i in range(conns)], 400, bare=True, interval=conns / ping_rate
@@ -1111,8 +987,10 @@ class Run:
             else {}
         )
         self.ask("close")
-        proc.kill()
-        proc.join()
+        pipe.send("stop")
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
         self.out["bare_ping_cpu_us_per_ping"] = figures.get("cpu_us_per_ping")
         self.out["bare_ping_connections"] = got["live"]
 

@@ -1,9 +1,9 @@
 """Benchmark: ``notify.push_send`` jobs through the real runner to a fake APNs.
 
-The fake APNs runs in its own process (``bench/_fakes.py``): ``--fake nginx``
+The fake APNs runs in its own process (``testkit/fakes``): ``--fake nginx``
 (the default: nginx with HTTP/2 and TLS answering APNs-shaped 200s at C speed,
 installed from Debian's packages when missing) or ``--fake python``
-(``tests/push/fake_apns.py``, which checks every request the way Apple does
+(``testkit/fakes/apns.py``, which checks every request the way Apple does
 and costs more CPU per request than the client). In one run:
 
 1. bare: a loop of ``--concurrency`` tasks posting the provider's exact
@@ -76,8 +76,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -103,9 +101,8 @@ from bench._common import (  # noqa: E402
     postgres_pid,
     process_cpu,
     report,
-    tree_cpu,
 )
-from bench._fakes import KEY_ID, TEAM_ID, TOPIC, FakeApnsServer, start_fake  # noqa: E402
+from bench._daemon import BenchDaemon  # noqa: E402
 from bench._quiet import (  # noqa: E402
     PATHOLOGICAL_PEOPLE,
     pathological_doc,
@@ -128,6 +125,8 @@ from bothy_notify.push.webpush import (  # noqa: E402
     pack_keys,
 )
 from bothy_notify.wiring import Daemon  # noqa: E402
+from testkit.daemon import DaemonFailed  # noqa: E402
+from testkit.fakes import KEY_ID, TEAM_ID, TOPIC, FakeApnsServer, start_fake  # noqa: E402
 
 
 def rss_mb() -> tuple[float, float]:
@@ -670,35 +669,23 @@ async def command_pipeline(
     start: int,
 ) -> dict[str, Any]:
     """One pipeline run by ``bothy-notify run --processes N`` (see the docstring)."""
-    log = config.parent / f"node-{processes}-{start}.log"
-    with log.open("wb") as out:
-        node = subprocess.Popen(  # noqa: ASYNC220 (a fork and exec; waited for in a thread)
-            [
-                sys.executable,
-                "-m",
-                "bothy_notify.cli",
-                "run",
-                "--config",
-                str(config),
-                "--processes",
-                str(processes),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "BENCH_APNS_KEY": pem},
-        )
+    node = BenchDaemon(
+        config_file=config,
+        log_file=config.parent / f"node-{processes}-{start}.log",
+        env={"BENCH_APNS_KEY": pem},
+        args=("--processes", str(processes)),
+    )
     try:
-        with trio.fail_after(120):
-            while b"bothy-notify running" not in log.read_bytes():
-                if node.poll() is not None:
-                    raise SystemExit(f"the node exited with {node.returncode}:\n{log.read_text()}")
-                await trio.sleep(0.05)
+        try:
+            await node.start(timeout=120)
+        except DaemonFailed as exc:
+            raise SystemExit(str(exc)) from None
         await trio.to_thread.run_sync(insert_jobs, url, regs, args.warmup, start)
         with trio.fail_after(60):
             await wait_drained(url)
         postmaster = postgres_pid(url)
         failed_before = await trio.to_thread.run_sync(failed_jobs, url)
-        nodes_cpu, fake_cpu = tree_cpu(node.pid), process_cpu(fake.pid)
+        nodes_cpu, fake_cpu = node.tree_cpu_seconds(), process_cpu(fake.pid)
         pg_cpu = postgres_cpu(postmaster) if postmaster else 0.0
         busy, total = machine_busy()
         before = await trio.to_thread.run_sync(last_job_id, url)
@@ -714,19 +701,14 @@ async def command_pipeline(
             "processes": processes,
             "pushes_per_s": args.jobs / elapsed,
             "pipeline_seconds": elapsed,
-            "daemon_cpu_us": (tree_cpu(node.pid) - nodes_cpu) * per,
+            "daemon_cpu_us": (node.tree_cpu_seconds() - nodes_cpu) * per,
             "postgres_cpu_us": (postgres_cpu(postmaster) - pg_cpu) * per if postmaster else None,
             "fake_cpu_us": (process_cpu(fake.pid) - fake_cpu) * per,
             "machine_busy_pct": 100 * (busy2 - busy) / max(1.0, total2 - total),
             "failed": await trio.to_thread.run_sync(failed_jobs, url) - failed_before,
         }
     finally:
-        node.send_signal(signal.SIGTERM)
-        try:
-            await trio.to_thread.run_sync(node.wait, 60)
-        except subprocess.TimeoutExpired:
-            node.kill()
-            node.wait()
+        await node.stop(timeout=60)
     return figures
 
 

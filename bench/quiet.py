@@ -3,7 +3,7 @@
 For each schedule, the CPU of ``quiet_at`` (the yes/no the round asks per
 recipient) and of ``quiet_until`` (the end, which a held push and the summary
 need), against the implementation before issue 30 (kept, as the specification,
-only in ``tests/domain/test_quiet_schedules.py``), alternated in one run:
+in ``testkit/quiet.py``), alternated in one run:
 
 - ``dst14``: 14 back-to-back entries every day in Europe/Berlin (quiet all the
   time), evaluated on the day Berlin springs forward, an ordinary day and the
@@ -37,7 +37,7 @@ from bothy_notify.notify.domain.quiet import (
     quiet_at,
     quiet_until,
 )
-from tests.domain.test_quiet_schedules import ALL_DAY, old_quiet_until
+from testkit.quiet import ALL_DAY, old_quiet_until
 
 WEEKDAYS = frozenset({"mon", "tue", "wed", "thu", "fri"})
 NIGHT = QuietHours("Europe/Berlin", (QuietEntry(WEEKDAYS, wall(22), wall(7)),))

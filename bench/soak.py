@@ -48,10 +48,11 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import CliNode, bench_database, machine, report
-from bench._daemon import KEY
-from bench._wsclient import PING, Closed, RawGateway
+from bench._common import bench_database, machine, report
+from bench._daemon import KEY, BenchDaemon
 from bothy_notify.auth import mint_token
+from testkit.daemon import write_settings
+from testkit.ws import PING, Closed, GatewayClient
 
 TARGET_PCT = 5.0
 TOP = 8
@@ -81,7 +82,7 @@ def slope(points: list[tuple[float, float]]) -> float | None:
 # -- the nodes -------------------------------------------------------------------------
 
 
-class Node(CliNode):
+class Node(BenchDaemon):
     def __init__(self, name: str, workdir: Path, url: str, trace: bool) -> None:
         config = "\n".join(
             [
@@ -111,7 +112,12 @@ class Node(CliNode):
         env = {"BOTHY_BENCH_DATABASE": url, "BOTHY_BENCH_KEY": KEY}
         if trace:
             env["BOTHY_NOTIFY_MEMORY_TRACE"] = str(self.trace)
-        super().__init__(name, workdir, config + "\n", env)
+        super().__init__(
+            config_file=write_settings(workdir / f"{name}.toml", config + "\n"),
+            log_file=workdir / f"{name}.log",
+            env=env,
+            cwd=workdir,
+        )
 
     def rss_mb(self) -> float:
         return rss_mb(self.pid)
@@ -240,19 +246,18 @@ async def _desktops(
     connects: Synchronized[int],
     hints: Synchronized[int],
 ) -> None:
-    host, _, port = gateway.rpartition(":")
     scopes: dict[str, trio.CancelScope] = {}
     closes: dict[str, int] = {}
     pings = 0
 
-    async def heartbeat(ws: RawGateway, every: float) -> None:
+    async def heartbeat(ws: GatewayClient, every: float) -> None:
         nonlocal pings
         while True:
             await trio.sleep(every)
-            await ws.send(PING)
+            await ws.send_frame(PING)
             pings += 1
 
-    async def read(ws: RawGateway) -> None:
+    async def read(ws: GatewayClient) -> None:
         while True:
             if (await ws.op()).get("type") == "notification.created":
                 hints.value += 1
@@ -263,7 +268,7 @@ async def _desktops(
             with trio.CancelScope() as scope:
                 scopes[user] = scope
                 try:
-                    ws = await RawGateway.open(host, int(port))
+                    ws = await GatewayClient.open(gateway)
                 except (OSError, Closed):
                     closes["refused"] = closes.get("refused", 0) + 1
                     await trio.sleep(1.0)
@@ -275,7 +280,7 @@ async def _desktops(
                         nursery.start_soon(heartbeat, ws, heartbeat_ms / 1000)
                         await read(ws)
                 except Closed as exc:
-                    key = str(exc.code) if exc.code is not None else "1006"
+                    key = str(exc.code)
                     closes[key] = closes.get(key, 0) + 1
                     await trio.sleep(1.0)
                 finally:
@@ -327,9 +332,9 @@ def run(args: argparse.Namespace, workdir: Path, url: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         for node in nodes:
-            node.start()
+            node.launch()
         for node in nodes:
-            node.wait_serving()
+            node.wait_serving_sync()
         print(f"2 nodes serving (pids {', '.join(str(n.pid) for n in nodes)})", flush=True)
         seed(nodes[0].api, args.people, args.threads)
         time.sleep(3.0)  # the round applies the seed
@@ -368,7 +373,7 @@ def run(args: argparse.Namespace, workdir: Path, url: str) -> dict[str, Any]:
             time.sleep(max(0.0, started + 60 * minute - time.monotonic()))
             for node in nodes:
                 if node.process is not None and node.process.poll() is not None:
-                    raise RuntimeError(f"node {node.name} exited:\n{node.log.read_text()[-3000:]}")
+                    raise RuntimeError(f"node {node.name} exited:\n{node.log_tail()}")
                 series[node.name].append((minute, node.rss_mb()))
             rss = ", ".join(f"{n}: {s[-1][1]:.1f} MB" for n, s in series.items())
             print(
@@ -395,7 +400,7 @@ def run(args: argparse.Namespace, workdir: Path, url: str) -> dict[str, Any]:
         metrics = {n.name: n.metrics() for n in nodes}
     finally:
         for node in nodes:
-            node.stop()
+            node.stop_sync()
 
     closes: dict[str, int] = {}
     for end in ends:

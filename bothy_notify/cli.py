@@ -31,6 +31,7 @@ import trio
 from bothy_notify import __version__
 from bothy_notify.config import Config, ConfigError, Role, ServerConfig, load, load_config
 from bothy_notify.kernel import memtrace
+from bothy_notify.kernel.readyfile import ReadyFile
 from bothy_notify.kernel.sdnotify import Notifier
 from bothy_notify.logs import setup_logging
 
@@ -59,6 +60,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="override server.processes: run N node processes sharing the ports",
+    )
+    run.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        help="once serving, write the bound addresses to PATH as JSON"
+        ' ({"api", "gateway", "role", "processes", "pid", "version"}; written atomically,'
+        " removed at exit): for supervisors and scripts (docs/operations.md)",
     )
     sub.add_parser("migrate", parents=[common], help="apply database migrations")
     check = sub.add_parser(
@@ -223,12 +231,20 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             if child is not None:
                 return _run(child.spec.apply(config), child=child, reloaded=reloaded)
             notifier = Notifier.from_environment()  # only the main process speaks to systemd
+            ready = ReadyFile(args.ready_file)
+            try:
+                ready.clear()  # a file left by an earlier run: nothing serves yet
+            except OSError as exc:
+                print(
+                    f"bothy-notify: --ready-file: {exc.strerror}: {exc.filename}", file=sys.stderr
+                )
+                return EXIT_USAGE
             if args.role is not None:
                 config = replace(config, server=replace(config.server, role=Role(args.role)))
             count = args.processes or config.server.processes
             if count > 1:
-                return _run_processes(config, count, path, notifier)
-            return _run(config, notifier=notifier, reloaded=reloaded)
+                return _run_processes(config, count, path, notifier, ready)
+            return _run(config, notifier=notifier, reloaded=reloaded, ready=ready)
         if args.command == "migrate":
             return commands.migrate_command(config, out)
         if args.command == "dev-token":
@@ -267,18 +283,23 @@ def _check_processes(value: int | None) -> str | None:
     return None
 
 
-def _run_processes(config: Config, count: int, path: str | None, notifier: Notifier) -> int:
+def _run_processes(
+    config: Config, count: int, path: str | None, notifier: Notifier, ready: ReadyFile
+) -> int:
     """``run`` as the parent of ``count`` node processes (:mod:`bothy_notify.processes`)."""
     from bothy_notify.processes.parent import ListenError, run_node_processes
 
     try:
-        return run_node_processes(config, count=count, config_path=path, notifier=notifier)
+        return run_node_processes(
+            config, count=count, config_path=path, notifier=notifier, ready=ready
+        )
     except ListenError as exc:
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except BaseExceptionGroup as group:
         _raise_startup_error(group)
     finally:
+        ready.remove()
         notifier.close()
 
 
@@ -288,13 +309,17 @@ def _run(
     child: ParentChannel | None = None,
     notifier: Notifier | None = None,
     reloaded: Callable[[], Config] | None = None,
+    ready: ReadyFile | None = None,
 ) -> int:
     """``run`` as one node: this process (``child``: one of the node processes of
     ``server.processes``, told what to do over its control channel). ``notifier``
-    speaks to systemd; ``reloaded`` loads the configuration again (SIGHUP)."""
+    speaks to systemd; ``reloaded`` loads the configuration again (SIGHUP);
+    ``ready`` is ``--ready-file``, written once the node serves."""
     from bothy_notify.wiring import Daemon, NodeAddresses
 
     notifier = notifier or Notifier(None)
+    ready = ready or ReadyFile(None)
+    failed = False
     trace_file = memtrace.requested()
     trace = memtrace.MemoryTrace(trace_file) if trace_file is not None else None
     if trace is not None:
@@ -328,7 +353,7 @@ def _run(
     async def main_task() -> None:
         # Signals are taken over before anything starts, so a SIGTERM during startup
         # also ends in a graceful shutdown rather than a killed process.
-        nonlocal serving
+        nonlocal serving, failed
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             async with trio.open_nursery() as nursery:
 
@@ -374,6 +399,23 @@ def _run(
                 if child is not None:
                     await child.ready()  # the parent prints the line for all of them
                     return
+                try:
+                    ready.write(
+                        api=addresses.api,
+                        gateway=addresses.gateway,
+                        role=config.server.role.value,
+                        processes=1,
+                    )
+                except OSError as exc:
+                    # Whoever waits for the file would wait in vain: stop, and say why.
+                    print(
+                        f"{name}: --ready-file cannot be written ({exc.strerror}); stopping",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    failed = True
+                    daemon.request_shutdown()
+                    return
                 print(
                     f"bothy-notify running (role {config.server.role}): API http://{addresses.api}"
                     + (
@@ -390,8 +432,9 @@ def _run(
     except BaseExceptionGroup as group:
         _raise_startup_error(group)
     finally:
+        ready.remove()
         notifier.close()
-    return EXIT_OK
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def _raise_startup_error(group: BaseExceptionGroup[BaseException]) -> NoReturn:

@@ -58,6 +58,7 @@ import trio
 from bothy_notify.config import JobsConfig
 from bothy_notify.kernel.backoff import Backoff
 from bothy_notify.kernel.clock import Clock
+from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.kernel.metrics import Children, Metrics
 from bothy_notify.kernel.supervise import Supervised, error_type
 from bothy_notify.store import jobs as queue
@@ -236,6 +237,8 @@ class JobRunner:
         metrics: the registry.
         node_id: this node's id in a cluster (``cluster.mode = "multi"``): jobs
             targeted at other nodes are not claimed. ``None`` on a single node.
+        instrument: told of claims, checks and dispatches
+            (:mod:`bothy_notify.kernel.instrument`).
     """
 
     def __init__(
@@ -249,9 +252,11 @@ class JobRunner:
         poll_interval: timedelta,
         metrics: Metrics,
         node_id: str | None = None,
+        instrument: Instrument | None = None,
     ) -> None:
         self._db = db
         self._node_id = node_id
+        self._instrument = instrument
         self._clock = clock
         self._handlers: Mapping[str, JobHandler] = {h.kind: h for h in handlers}
         self._check_at_claim: Mapping[str, ChecksAtClaim] = {
@@ -351,6 +356,8 @@ class JobRunner:
         for job in jobs:
             self._in_flight[job.fence] = job
         self._running += len(jobs)
+        if self._instrument is not None:
+            self._instrument.jobs_dispatched([job.args for job in jobs])
         work.start_soon(self._run_group, handler or self._handlers[kind], list(jobs))
         return True
 
@@ -492,12 +499,17 @@ class JobRunner:
             kinds=kinds,
             node_id=self._node_id,
         )
+        instrument = self._instrument
+        if instrument is not None and jobs:
+            instrument.jobs_claimed([job.args for job in jobs])
         checked: dict[str, JobHandler] = {}
         for kind in self._check_at_claim.keys() & {job.kind for job in jobs}:
             handler = self._check_at_claim[kind]
             group = [job for job in jobs if job.kind == kind]
             try:
                 checked[kind] = handler.checked(handler.check(conn, group, now))
+                if instrument is not None:
+                    instrument.jobs_checked([job.args for job in group])
             except Exception as exc:  # the handler's own check runs again, and reports
                 log.warning(
                     "checking claimed jobs failed; their handler checks them",
@@ -513,6 +525,8 @@ class JobRunner:
             self._in_flight[job.fence] = job
             by_kind.setdefault(job.kind, []).append(job)
         self._running += len(jobs)
+        if self._instrument is not None:
+            self._instrument.jobs_dispatched([job.args for job in jobs])
         for kind, group in by_kind.items():
             work.start_soon(self._run_group, checked.get(kind) or self._handlers[kind], group)
 

@@ -57,6 +57,7 @@ from bothy_notify.housekeeping import Housekeeper
 from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.ids import new_id
+from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import NoPresence, PresenceView
 from bothy_notify.kernel.sdnotify import Notifier
@@ -239,6 +240,8 @@ class Daemon:
             ``server.processes`` applied them once for every process).
         notifier: systemd's readiness protocol: ``READY=1`` once the node serves,
             ``STOPPING=1`` when it drains (:mod:`bothy_notify.kernel.sdnotify`).
+        instrument: told of the stages of a hint's path (benchmarks;
+            :mod:`bothy_notify.kernel.instrument`); ``None`` costs nothing.
 
     Raises:
         ConfigError: ``notify.kinds`` is invalid or ``notify.kinds_dir`` is not a
@@ -261,10 +264,12 @@ class Daemon:
         reuse_port: bool = False,
         migrate: bool = True,
         notifier: Notifier | None = None,
+        instrument: Instrument | None = None,
     ) -> None:
         self.live = LiveConfig(config)
         """The running configuration: every component that reads a reloadable key
         reads it here at use (:mod:`bothy_notify.config.live`)."""
+        self._instrument = instrument
         self._notifier = notifier or Notifier(None)
         self._reuse_port = reuse_port
         self._migrate = migrate
@@ -493,6 +498,7 @@ class Daemon:
                     database_url=url,
                     node_id=self.node_id if spec.shares_presence else None,
                     reuse_port=self._reuse_port,
+                    instrument=self._instrument,
                 )
                 if self.registry is not None:
                     self.registry.on_rejoin = self.gateway.presence_lost
@@ -644,6 +650,7 @@ class Daemon:
             poll_interval=config.notify.poll_interval,
             metrics=metrics,
             node_id=self.node_id if self.spec.registry else None,
+            instrument=self._instrument,
         )
         await nursery.start(self._supervised("runner", self.runner.run).run)
         # A node that holds the connections runs the gateway hints it decides at once
@@ -672,6 +679,7 @@ class Daemon:
             catalogue=catalogue,
             local=local,
             timeouts=db.timeouts,
+            instrument=self._instrument,
         )
         await nursery.start(self._supervised("round", self.round.run).run)
 
@@ -698,6 +706,7 @@ class Daemon:
             poll_interval=config.notify.poll_interval,
             metrics=self.metrics,
             node_id=self.node_id,
+            instrument=self._instrument,
         )
         await nursery.start(self._supervised("runner", self.runner.run).run)
 

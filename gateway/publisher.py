@@ -27,6 +27,7 @@ from __future__ import annotations
 from functools import partial
 
 from bothy_notify.kernel.ephemeral import EphemeralEvent
+from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.store.db import Database
 from gateway import queries
 from gateway.connection import Connection
@@ -58,11 +59,13 @@ class HubPublisher:
     Args:
         hub: the connections.
         db: for the read-access check of thread events.
+        instrument: told of every event whose frame is about to be queued.
     """
 
-    def __init__(self, *, hub: Hub, db: Database) -> None:
+    def __init__(self, *, hub: Hub, db: Database, instrument: Instrument | None = None) -> None:
         self._hub = hub
         self._db = db
+        self._instrument = instrument
 
     def __repr__(self) -> str:
         return "HubPublisher()"
@@ -87,6 +90,8 @@ class HubPublisher:
                 return 0
         text = encode(event.to_frame())
         appended = event.appended_at.timestamp() if event.appended_at is not None else None
+        if self._instrument is not None:  # before the offers: one may write at once
+            self._instrument.frame_published(event.payload)
         queued = 0
         for conn in self._hub.live_connections(event.audience):
             if not admits(event, conn):

@@ -27,6 +27,7 @@ from bothy_notify.auth import TokenVerifier
 from bothy_notify.config import Config, PushConfig
 from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
+from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.presence import PresenceView
 from bothy_notify.kernel.supervise import Supervised
@@ -66,6 +67,8 @@ class Gateway:
             presence rows of a cluster.
         reuse_port: bind ``server.gateway_listen`` with ``SO_REUSEPORT``: one of
             the node processes of ``server.processes`` sharing the port.
+        instrument: told of published and written frames
+            (:mod:`bothy_notify.kernel.instrument`).
 
     Attributes:
         hub: the connections of this node.
@@ -85,6 +88,7 @@ class Gateway:
         node_id: str | None = None,
         clock: Clock | None = None,
         reuse_port: bool = False,
+        instrument: Instrument | None = None,
     ) -> None:
         sync = config.sync
         self._listen = config.server.gateway_listen
@@ -104,7 +108,9 @@ class Gateway:
             hub=self.hub, clock=clock or SystemClock(), leeway=verifier.leeway
         )
         self.presence: PresenceView = HubPresence(self.hub)
-        self.publisher: EphemeralPublisher = HubPublisher(hub=self.hub, db=db)
+        self.publisher: EphemeralPublisher = HubPublisher(
+            hub=self.hub, db=db, instrument=instrument
+        )
         self.shared: SharedPresencePublisher | None = None
         if node_id is not None:
             self.shared = SharedPresencePublisher(
@@ -139,6 +145,7 @@ class Gateway:
                 hub=self.hub,
                 write_timeout=sync.write_timeout.total_seconds(),
                 delivery=metrics.delivery_seconds.labels("gateway"),
+                instrument=instrument,
             ),
             expiry=self._expiry,
             timeouts=self._timeouts,
@@ -244,6 +251,7 @@ def build_gateway(
     database_url: str,
     node_id: str | None = None,
     reuse_port: bool = False,
+    instrument: Instrument | None = None,
 ) -> Gateway:
     """The daemon's gateway factory (``bothy_notify.wiring.GatewayFactory``).
 
@@ -261,6 +269,7 @@ def build_gateway(
         node_id=node_id,
         clock=clock,
         reuse_port=reuse_port,
+        instrument=instrument,
     )
 
 

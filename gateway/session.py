@@ -54,6 +54,7 @@ import trio
 from prometheus_client import Histogram
 
 from bothy_notify.auth import AuthError, DeviceClaims, TokenVerifier
+from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.store.db import Database, StoreError
 from bothy_notify.store.marks import Clearing
 from gateway import queries
@@ -159,14 +160,24 @@ class QueueWriter:
         hub: told when a write stalls or the connection is gone.
         write_timeout: ``sync.write_timeout`` in seconds.
         delivery: the ``route="gateway"`` child of ``bothy_delivery_seconds``.
+        instrument: told of every frame given to a socket (a part of it may wait
+            in the transport until the socket takes it).
     """
 
-    __slots__ = ("_delivery", "_hub", "_timeout")
+    __slots__ = ("_delivery", "_hub", "_instrument", "_timeout")
 
-    def __init__(self, *, hub: Hub, write_timeout: float, delivery: Histogram) -> None:
+    def __init__(
+        self,
+        *,
+        hub: Hub,
+        write_timeout: float,
+        delivery: Histogram,
+        instrument: Instrument | None = None,
+    ) -> None:
         self._hub = hub
         self._timeout = write_timeout
         self._delivery = delivery
+        self._instrument = instrument
 
     def __repr__(self) -> str:
         return f"QueueWriter(write_timeout={self._timeout})"
@@ -178,12 +189,16 @@ class QueueWriter:
         transport = conn.transport
         assert transport is not None
         try:
-            if not transport.send_nowait(*(text for text, _ in frames)):
-                conn.pending_delivery = frames[-1][1]
-                return False
+            written = transport.send_nowait(*(text for text, _ in frames))
         except TransportClosed:
             self._hub.lost(conn)
             return True
+        if self._instrument is not None:
+            for text, _ in frames:
+                self._instrument.frame_written(text)
+        if not written:
+            conn.pending_delivery = frames[-1][1]
+            return False
         for _, appended_at in frames:
             self._delivered(appended_at)
         return True
@@ -209,11 +224,14 @@ class QueueWriter:
             while (frame := conn.take()) is not None:
                 text, appended_at = frame
                 try:
-                    if not transport.send_nowait(text):
-                        break  # the rest is flushed within the timeout
+                    written = transport.send_nowait(text)
                 except TransportClosed:
                     self._hub.lost(conn)
                     return
+                if self._instrument is not None:
+                    self._instrument.frame_written(text)
+                if not written:
+                    break  # the rest is flushed within the timeout
                 self._delivered(appended_at)
             else:
                 return

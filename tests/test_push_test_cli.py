@@ -21,9 +21,9 @@ from bothy_notify.push import webpush
 from bothy_notify.push.port import Registrant
 from bothy_notify.store import registrations as regs
 from bothy_notify.store import secrets as secret_store
+from testkit.fakes.apns import Answer, FakeApns
+from testkit.fakes.webpush import FakePushService
 from tests.harness import make_config
-from tests.push.fake_apns import Answer, FakeApns
-from tests.push.fake_webpush import FakePushService
 from tests.support.threaded import served_in_a_thread
 
 APNS_TOKEN = "ab" * 32

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +20,7 @@ from bothy_notify.notify.planner import RoundOutcome
 from bothy_notify.notify.round import ConsumerRound
 from bothy_notify.notify.routes import FailClosedRoutes
 from bothy_notify.store.db import connect_dedicated
+from testkit.daemon import DaemonProcess
 from tests.harness import Launch, make_config
 
 
@@ -146,12 +143,12 @@ async def test_killing_the_daemon_mid_round_loses_nothing_and_duplicates_nothing
         '[notify]\nbatch_size = 7\npoll_interval = "50ms"\ncoalesce_window = "0s"\n'
         '[push.fake]\n[log]\nlevel = "error"\n'
     )
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "bothy_notify.cli", "run", "--config", str(config_file)],
-        env={**os.environ, "BOTHY_TEST_DATABASE_URL": database_url},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    daemon = DaemonProcess(
+        config_file=config_file,
+        log_file=tmp_path / "worker.log",
+        env={"BOTHY_TEST_DATABASE_URL": database_url},
     )
+    daemon.launch()  # killed mid-round, whether or not it is ready by then
     try:
         with trio.fail_after(30):
             while True:
@@ -161,8 +158,7 @@ async def test_killing_the_daemon_mid_round_loses_nothing_and_duplicates_nothing
                     break
                 await trio.sleep(0.005)
     finally:
-        daemon.send_signal(signal.SIGKILL)
-        daemon.wait()
+        await daemon.crash()
     partial = push_jobs_by_message(database_url)
     assert sum(partial.values()) < total, "the daemon finished before it was killed"
 

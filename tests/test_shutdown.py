@@ -3,15 +3,12 @@ finish is given back, never lost."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import trio
 
 from bothy_notify.push.port import Message, Outcome, Target
+from testkit.daemon import DaemonProcess
 from tests.harness import Node, device_token, ev, make_config, start_node, wait_for
 
 
@@ -94,30 +91,26 @@ async def _states_after(url: str) -> list[tuple[str, int]]:
         ]
 
 
-def test_sigterm_stops_the_daemon_cleanly(database_url: str, tmp_path: Path) -> None:
+async def test_sigterm_stops_the_daemon_cleanly(database_url: str, tmp_path: Path) -> None:
     config_file = tmp_path / "node.toml"
     config_file.write_text(
         '[server]\napi_listen = "127.0.0.1:0"\ngateway_listen = "127.0.0.1:0"\n'
         'drain_period = "2s"\n[database]\nurl = "env:BOTHY_TEST_DATABASE_URL"\n'
         '[push.fake]\n[log]\nformat = "json"\n'
     )
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "bothy_notify.cli", "run", "--config", str(config_file)],
-        env={**os.environ, "BOTHY_TEST_DATABASE_URL": database_url},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    daemon = DaemonProcess(
+        config_file=config_file,
+        log_file=tmp_path / "node.log",
+        env={"BOTHY_TEST_DATABASE_URL": database_url},
     )
-    assert daemon.stderr is not None
-    for line in daemon.stderr:
-        if "bothy-notify running" in line:
-            break
-    daemon.send_signal(signal.SIGTERM)
-    rest = daemon.stderr.read()
-    assert daemon.wait(timeout=20) == 0
-    daemon.stderr.close()
-    assert "node stopped" in rest
-    assert "Traceback" not in rest
+    await daemon.start(timeout=60)
+    assert daemon.ready["pid"] == daemon.pid
+
+    assert await daemon.stop(timeout=20) == 0
+    log = daemon.log_text()
+    assert "node stopped" in log
+    assert "Traceback" not in log
+    assert daemon.ready_file is not None and not daemon.ready_file.exists()
 
 
 async def test_an_http_request_in_flight_at_shutdown_still_gets_its_answer(

@@ -60,6 +60,7 @@ import trio
 from bothy_notify.config import LiveConfig
 from bothy_notify.kernel.backoff import Backoff
 from bothy_notify.kernel.clock import Clock
+from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.supervise import error_type, error_where
 from bothy_notify.notify.catalogue import CatalogueSource
@@ -203,6 +204,7 @@ class ConsumerRound:
             fixed on the round's hints (``mv``).
         local: the jobs this node runs at once after the commit (role ``all``: its
             gateway hints); ``None`` leaves every job to the runners' claims.
+        instrument: told of the round's stages (:mod:`bothy_notify.kernel.instrument`).
     """
 
     def __init__(
@@ -219,8 +221,10 @@ class ConsumerRound:
         catalogue: CatalogueSource | None = None,
         local: LocalJobs | None = None,
         timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS,
+        instrument: Instrument | None = None,
     ) -> None:
         self._local = local
+        self._instrument = instrument
         self._claimed: list[Job] = []
         self._prepared: object | None = None
         self._catalogue = catalogue
@@ -369,7 +373,7 @@ class ConsumerRound:
             self._wait_until = time.monotonic() + poll
 
     def _wait_and_round(
-        self, conn: Conn, _notifications: list[Notification], *, limit: int
+        self, conn: Conn, notifications: list[Notification], *, limit: int
     ) -> tuple[int, bool]:
         """Blocking, in the worker thread right after the wait
         (:meth:`~bothy_notify.store.listen.Listening.wait_then`): a notification came,
@@ -378,6 +382,8 @@ class ConsumerRound:
         notification starts the round without a hop through Trio). Returns what
         :meth:`_round_once` returns.
         """
+        if notifications and self._instrument is not None:
+            self._instrument.round_woken()
         ran = self._round_once(conn, limit)
         self._prepare_local(conn)
         return ran
@@ -393,6 +399,8 @@ class ConsumerRound:
             return
         try:
             self._prepared = self._local.prepare(conn, self._claimed)
+            if self._instrument is not None:
+                self._instrument.jobs_checked([job.args for job in self._claimed])
         except Exception as exc:
             log.warning(
                 "checking this node's new jobs after the round failed; the runner checks them",
@@ -415,6 +423,8 @@ class ConsumerRound:
         """Give the round's committed local jobs to this node's runner (Trio thread)."""
         claimed, self._claimed = self._claimed, []
         prepared, self._prepared = self._prepared, None
+        if self._instrument is not None:
+            self._instrument.round_handed_over()
         if claimed and self._local is not None:
             await self._local.hand_over(claimed, prepared)
 
@@ -473,12 +483,17 @@ class ConsumerRound:
         self._claimed = []
         self._reading = []
         self._planner = None
+        instrument = self._instrument
+        if instrument is not None:
+            instrument.round_started()
         with conn.transaction():
             cursor, batch = eventlog.lock_and_read(
                 conn, limit if limit is not None else config.notify.batch_size
             )
             if not batch:
                 return 0, _events_blocked(conn, cursor)
+            if instrument is not None:
+                instrument.round_read([event.payload for event in batch])
             self._reading = batch
             planner = self._planner = RoundPlanner(
                 conn,
@@ -499,6 +514,8 @@ class ConsumerRound:
             outcome = planner.outcome
             if self._before_commit is not None:
                 self._before_commit(outcome)
+        if instrument is not None:
+            instrument.round_committed()
         self._claimed = planner.writer.claimed
         # Claimed jobs need no runner's claim: the runner is nudged for the others only.
         self._committed_jobs = outcome.jobs - len(self._claimed)
@@ -540,6 +557,8 @@ class ConsumerRound:
         now = self._clock.now()
         if self._blocked_since is None:
             self._blocked_since = now
+        if self._instrument is not None:
+            self._instrument.round_blocked(wait)
         self.blocked_waits.append(wait)
         self._metrics.consumer_blocked_seconds.set((now - self._blocked_since).total_seconds())
 

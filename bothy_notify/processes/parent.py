@@ -19,7 +19,9 @@
 4. **Children** (:class:`~bothy_notify.processes.supervisor.Supervisor`): N
    ``bothy-notify run`` processes, each a node of a cluster of the configured
    role. Once all are ready the parent prints its one line, ``bothy-notify
-   running (role R, N processes): API http://..., gateway ws://.../v1/gateway``.
+   running (role R, N processes): API http://..., gateway ws://.../v1/gateway``,
+   and writes ``--ready-file`` (:mod:`bothy_notify.kernel.readyfile`; the
+   children never write it).
 5. **Signals.** The first SIGINT/SIGTERM drains every child (within
    ``server.drain_period``), a second stops them at once; then the embedded
    server stops and the parent exits (0 after a drain). SIGHUP is passed on
@@ -52,6 +54,7 @@ from prometheus_client.multiprocess import mark_process_dead
 
 from bothy_notify.config import ClusterMode, Config
 from bothy_notify.kernel.metrics import MULTIPROCESS_DIR_ENV
+from bothy_notify.kernel.readyfile import ReadyFile
 from bothy_notify.kernel.sdnotify import Notifier
 from bothy_notify.kernel.sockets import bind_shared, bound_address, split_address
 from bothy_notify.processes.control import ChildSpec
@@ -93,10 +96,16 @@ def _reserved(key: str, address: str) -> Iterator[str]:
 
 
 def run_node_processes(
-    config: Config, *, count: int, config_path: str | None, notifier: Notifier | None = None
+    config: Config,
+    *,
+    count: int,
+    config_path: str | None,
+    notifier: Notifier | None = None,
+    ready: ReadyFile | None = None,
 ) -> int:
     """Run ``count`` node processes of ``config``'s role until signalled; the exit
-    status for the command (see the module docstring).
+    status for the command (see the module docstring). ``ready`` is written once
+    every child serves; the caller removes it at the end.
 
     Raises:
         ConfigError: a ``secret:`` reference is missing (before any child starts).
@@ -121,6 +130,7 @@ def run_node_processes(
             gateway_address,
             metrics_dir,
             notifier or Notifier(None),
+            ready or ReadyFile(None),
         )
         return trio.run(parent.run)
 
@@ -137,6 +147,7 @@ class _Parent:
         gateway: str | None,
         metrics_dir: str,
         notifier: Notifier,
+        ready: ReadyFile,
     ) -> None:
         self.config = config
         self.count = count
@@ -145,9 +156,12 @@ class _Parent:
         self.gateway = gateway
         self.metrics_dir = metrics_dir
         self.notifier = notifier
+        self.ready = ready
         self.supervisor: Supervisor | None = None
         self.serving = False
         """Every child said ``ready`` once (systemd was told ``READY=1``)."""
+        self.failed = False
+        """``--ready-file`` could not be written: the children were drained."""
 
     def __repr__(self) -> str:
         return f"_Parent(count={self.count})"
@@ -165,6 +179,8 @@ class _Parent:
                         embedded = EmbeddedPostgres(self.config.database.data_dir)
                         url = await trio.to_thread.run_sync(embedded.start)
                     code = await self._supervise(url)
+                    if self.failed:
+                        code = 1
                 finally:
                     nursery.cancel_scope.cancel()
                     if embedded is not None:
@@ -198,6 +214,21 @@ class _Parent:
 
     def _running(self) -> None:
         role = self.config.server.role
+        try:
+            self.ready.write(
+                api=self.api, gateway=self.gateway, role=role.value, processes=self.count
+            )
+        except OSError as exc:
+            # Whoever waits for the file would wait in vain: stop, and say why.
+            print(
+                f"bothy-notify: --ready-file cannot be written ({exc.strerror}); stopping",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.failed = True
+            assert self.supervisor is not None
+            self.supervisor.drain()
+            return
         print(
             f"bothy-notify running (role {role}, {self.count} processes): API http://{self.api}"
             + (f", gateway ws://{self.gateway}/v1/gateway" if self.gateway else ""),

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webpush import WebPushProvider
+from testkit.fakes.webpush import HOST, Browser
 from tests.harness import Launch, Node, device_token, make_config
-from tests.push.fake_webpush import HOST, Browser
 
 PHONE = device_token("alex", "alex-phone")
 BROWSER = device_token("alex", "alex-laptop", "web")

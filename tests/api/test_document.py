@@ -29,8 +29,8 @@ from bothy_notify.push import providers as provider_table
 from bothy_notify.push.providers import PROVIDER_NAMES, topic_channels
 from bothy_notify.push.resolver import host_allowed
 from bothy_notify.push.webpush import generate_vapid_key, registrant
+from testkit.fakes.webpush import Browser
 from tests.harness import Launch, make_config
-from tests.push.fake_webpush import Browser
 
 ALL = frozenset(PROVIDER_NAMES)
 CHANNELS = frozenset(topic_channels())

@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-import trio_websocket
 
+from testkit.ws import Closed
 from tests.cluster.live import Cluster, live, node_config, until
 from tests.faults.conftest import DaemonFactory
 from tests.gateway.client import GatewayClient, identify
@@ -54,7 +54,7 @@ async def test_a_device_closed_with_4029_is_refused_by_another_process_until_its
     assert await c.node_id(a) != await c.node_id(b)
 
     flooder = await live(nursery, a, "sam", "sam-desktop")
-    with contextlib.suppress(trio_websocket.ConnectionClosed):  # closed while it sends
+    with contextlib.suppress(Closed):  # closed while it sends
         for _ in range(20):
             await flooder.send("ping")
 

@@ -30,6 +30,7 @@ import trio
 
 from bothy_notify.kernel.sockets import bind_shared, open_shared_listener
 from gateway.service import build_gateway
+from testkit.daemon import DaemonFailed
 from tests.cluster.live import GATEWAY_SEND, Cluster, hints, live, message, node_config, until
 from tests.faults.world import World, append, count_pushes, register_phone, wait_settled
 from tests.gateway.client import GatewayClient, identify
@@ -246,7 +247,7 @@ async def test_node_processes_that_keep_failing_at_start_end_the_command_with_an
         notify={"kinds_dir": str(not_a_directory)},
     )
     node = DaemonProcess(config_file=config, log_file=tmp_path / "n.log")
-    with pytest.raises(AssertionError, match="exited with 2 before serving"):
+    with pytest.raises(DaemonFailed, match="exited with 2 before serving"):
         await node.start(timeout=START_TIMEOUT)
     lines = node.log_text()
     assert "node process failed at start" in lines

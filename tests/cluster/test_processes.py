@@ -19,9 +19,10 @@ from functools import partial
 import httpx
 import pytest
 import trio
-import trio_websocket
 import trustme
 
+from testkit.fakes.webhook import SIGNING_KEY, WebhookReceiver
+from testkit.ws import Closed
 from tests.cluster.live import (
     DELAY,
     GATEWAY_SEND,
@@ -38,7 +39,6 @@ from tests.faults.conftest import DaemonFactory
 from tests.gateway.client import GatewayClient, identify
 from tests.harness import device_token, ev
 from tests.procs import DaemonProcess
-from tests.push.webhook_receiver import SIGNING_KEY, WebhookReceiver
 
 pytestmark = pytest.mark.slow
 
@@ -385,12 +385,12 @@ class Desktop:
                     continue
                 try:
                     client = await GatewayClient.connect(nursery, node.gateway)
-                except (OSError, trio_websocket.HandshakeError, trio_websocket.ConnectionClosed):
+                except (OSError, Closed):
                     self.attempts.append("connect failed")
                     continue
                 try:
                     await identify(client, device_token(self.user, f"{self.user}-desktop", "macos"))
-                except trio_websocket.ConnectionClosed:
+                except Closed:
                     continue  # a stopping node said hello, then closed with 1001
                 except AssertionError:
                     # A node in its last moments of shutdown took the connection and

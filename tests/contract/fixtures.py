@@ -28,8 +28,8 @@ from typing import Any
 import httpx
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from testkit.fakes.webpush import Browser
 from tests.contract.harness import fresh_name
-from tests.push.fake_webpush import Browser
 
 
 @dataclass(frozen=True)

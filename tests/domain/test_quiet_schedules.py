@@ -1,15 +1,16 @@
 """Quiet hours' schedule evaluation against the implementation it replaced (issue 30).
 
 ``quiet_at`` used to walk the chain of joined periods to answer a yes/no, resolving
-every entry of two days at each step. The old functions are kept here, and only
-here, as the specification: on the pathological schedules (14 entries back to
-back, every day, in zones with daylight saving time, at both transitions) and on
-generated schedules, the yes/no and the end time are those of the old code.
+every entry of two days at each step. The old functions are kept, as the
+specification, in ``testkit/quiet.py`` (``bench/quiet.py`` times them too): on the
+pathological schedules (14 entries back to back, every day, in zones with daylight
+saving time, at both transitions) and on generated schedules, the yes/no and the
+end time are those of the old code.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 from functools import cache
 from zoneinfo import ZoneInfo
 
@@ -18,83 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bothy_notify.notify.domain.quiet import DAYS, QuietEntry, QuietHours, quiet_at, quiet_until
+from testkit.quiet import ALL_DAY, WEEK, back_to_back, old_quiet_until, wall_minutes
 
-# --- the old implementation (before issue 30), verbatim but for names -------------
-
-_OLD_MAX_CHAIN = 64
-
-
-def _old_resolve_wall(day: date, at: time, zone: ZoneInfo) -> datetime:
-    naive = datetime.combine(day, at)
-    first = naive.replace(tzinfo=zone, fold=0)
-    utc = first.astimezone(UTC)
-    if utc.astimezone(zone).replace(tzinfo=None) == naive:
-        return utc
-    low = naive.replace(tzinfo=zone, fold=1).astimezone(UTC)
-    while low.astimezone(zone).replace(tzinfo=None) < naive and low < utc:
-        low += timedelta(minutes=1)
-    return low
-
-
-def _old_periods(hours: QuietHours, day: date, zone: ZoneInfo) -> list[tuple[datetime, datetime]]:
-    out = []
-    for entry in hours.schedule:
-        if DAYS[day.weekday()] not in entry.days:
-            continue
-        end_day = day if entry.end > entry.start else day + timedelta(days=1)
-        out.append(
-            (_old_resolve_wall(day, entry.start, zone), _old_resolve_wall(end_day, entry.end, zone))
-        )
-    return out
-
-
-def _old_covering_end(hours: QuietHours, at: datetime, zone: ZoneInfo) -> datetime | None:
-    best: datetime | None = None
-    if hours.snooze_until is not None and at < hours.snooze_until:
-        best = hours.snooze_until
-    local = at.astimezone(zone).date()
-    for day in (local - timedelta(days=1), local):
-        for start, end in _old_periods(hours, day, zone):
-            if start <= at < end and (best is None or end > best):
-                best = end
-    return best
-
-
-def old_quiet_until(hours: QuietHours, now: datetime) -> datetime | None:
-    zone = ZoneInfo(hours.time_zone)
-    end = _old_covering_end(hours, now, zone)
-    for _ in range(_OLD_MAX_CHAIN):
-        if end is None:
-            return None
-        further = _old_covering_end(hours, end, zone)
-        if further is None or further <= end:
-            return end
-        end = further
-    return end
-
-
-# --- the pathological schedules ----------------------------------------------------
-
-WEEK = frozenset(DAYS)
-
-
-def _minutes(m: int) -> time:
-    return time(m // 60 % 24, m % 60)
-
-
-def back_to_back(first: int, length: int, days: frozenset[str] = WEEK) -> tuple[QuietEntry, ...]:
-    """14 entries of ``length`` minutes each, the first starting ``first`` minutes
-    after midnight, each starting where the one before ended."""
-    return tuple(
-        QuietEntry(days, _minutes(first + i * length), _minutes(first + (i + 1) * length))
-        for i in range(14)
-    )
-
-
-ALL_DAY = back_to_back(0, 24 * 60 // 14 + 1)  # 14 x 103 min: wraps past midnight, always quiet
 ACROSS_MIDNIGHT = back_to_back(22 * 60, 60)  # 22:00 to 12:00 the next day, hour by hour
 IN_THE_GAP = back_to_back(60, 10)  # 01:00-03:20 in 10-minute steps: boundaries in both DST hours
-WHOLE_DAYS = tuple(QuietEntry(WEEK, _minutes(m), _minutes(m)) for m in range(0, 14 * 97, 97))
+WHOLE_DAYS = tuple(
+    QuietEntry(WEEK, wall_minutes(m), wall_minutes(m)) for m in range(0, 14 * 97, 97)
+)
 WEEKDAYS = back_to_back(0, 24 * 60 // 14 + 1, frozenset({"mon", "tue", "wed", "thu", "fri"}))
 
 
@@ -204,7 +135,7 @@ def transitions(zone_name: str) -> tuple[datetime, ...]:
 
 
 INTERESTING = [0, 30, 59, 60, 90, 119, 120, 135, 150, 179, 180, 210, 1380, 1410, 1439]
-clock = st.one_of(st.sampled_from(INTERESTING), st.integers(0, 24 * 60 - 1)).map(_minutes)
+clock = st.one_of(st.sampled_from(INTERESTING), st.integers(0, 24 * 60 - 1)).map(wall_minutes)
 entries = st.builds(
     QuietEntry,
     st.frozensets(st.sampled_from(DAYS), min_size=1),

@@ -4,20 +4,16 @@ the log shows neither a traceback nor anything the input carried."""
 
 from __future__ import annotations
 
-import json
-
 import httpx
 import pytest
 import trio
-import trio_websocket
 
+from testkit.ws import GatewayClient, client_frame
 from tests.faults.conftest import DaemonFactory
 from tests.faults.world import closing_count, count_pushes, register_phone, wait_settled
-from tests.gateway.rawclient import RawClient
 from tests.harness import TEST_KEY, device_token, producer_token
 from tests.hostile.rawhttp import exchange, request_bytes, trickle
 from tests.hostile.tokens import malformed_device_tokens
-from tests.hostile.wsframes import client_frame
 from tests.procs import DaemonProcess
 
 MARKERS = ("mallory", "alex", "t-secret", TEST_KEY)
@@ -37,26 +33,16 @@ async def start_hostile(daemons: DaemonFactory) -> DaemonProcess:
     )
 
 
-async def live_desktop(
-    nursery: trio.Nursery, gateway: str, user: str
-) -> tuple[trio_websocket.WebSocketConnection, list[dict[str, object]]]:
-    host, _, port = gateway.rpartition(":")
-    ws = await trio_websocket.connect_websocket(
-        nursery, host, int(port), "/v1/gateway", use_ssl=False
-    )
-    await ws.get_message()  # hello
-    await ws.send_message(
-        json.dumps({"op": "identify", "d": {"token": token(user, f"{user}-desktop", "linux")}})
-    )
-    frames: list[dict[str, object]] = []
-    while (frame := json.loads(await ws.get_message())).get("op") != "catchup.complete":
-        frames.append(frame)
-    return ws, frames
+async def live_desktop(gateway: str, user: str) -> GatewayClient:
+    """A desktop that identified and read ``catchup.complete`` (read only when asked)."""
+    client = await GatewayClient.open(gateway)
+    await client.identify(token(user, f"{user}-desktop", "linux"))
+    return client
 
 
 async def gateway_close(gateway: str, frame: bytes) -> tuple[int | None, str | None]:
     """Connect, send ``frame`` (raw bytes) after hello, and return the server's close."""
-    raw = await RawClient.connect(gateway)
+    raw = await GatewayClient.open(gateway, receive_buffer=4096)
     try:
         with trio.fail_after(10):
             assert await raw.wait_hello()
@@ -81,7 +67,7 @@ async def flood(gateway: str, count: int) -> None:
 
 @pytest.mark.slow
 async def test_a_real_daemon_answers_hostile_input_and_keeps_serving(
-    daemons: DaemonFactory, fault_db: str, nursery: trio.Nursery
+    daemons: DaemonFactory, fault_db: str
 ) -> None:
     node = await start_hostile(daemons)
     pid = node.pid
@@ -106,7 +92,7 @@ async def test_a_real_daemon_answers_hostile_input_and_keeps_serving(
                 await http.post("/v1/events", json={"events": events}, headers=headers)
             ).status_code == 200
             await register_phone(http, api, "alex")
-            alex, _ = await live_desktop(nursery, gateway, "alex")
+            alex = await live_desktop(gateway, "alex")
 
             # HTTP: every malformed token, a trickled body, two Authorization headers.
             for name, bad in malformed_device_tokens():
@@ -165,9 +151,9 @@ async def test_a_real_daemon_answers_hostile_input_and_keeps_serving(
             )
             assert sent.status_code == 200
             with trio.fail_after(15):
-                while json.loads(await alex.get_message()).get("type") != "notification.created":
+                while (await alex.op()).get("type") != "notification.created":
                     pass
-            await alex.aclose()
+            await alex.close()
             await wait_settled(fault_db)
         # Every event decided, the phone's one push recorded once, the same process ready.
         pushes = count_pushes(

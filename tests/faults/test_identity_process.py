@@ -29,12 +29,11 @@ import pytest
 import trio
 
 from bothy_notify.auth import mint_token
+from testkit.ws import GatewayClient, client_frame
 from tests.faults.conftest import DaemonFactory
 from tests.faults.world import append, closing_count, count_pushes, wait_settled
-from tests.gateway.rawclient import RawClient
 from tests.harness import TEST_KEY, device_token
 from tests.hostile.rawhttp import exchange, request_bytes
-from tests.hostile.wsframes import client_frame
 from tests.procs import DaemonProcess
 from tests.support.providers import provider_blocks, provider_credentials
 
@@ -79,27 +78,27 @@ class Api:
         return await self.http.request(method, path, json=body, headers=self.headers)
 
 
-async def connect(gateway: str, token: str) -> RawClient:
+async def connect(gateway: str, token: str) -> GatewayClient:
     """A gateway connection that sent ``identify`` and read up to ``catchup.complete``
     (or the close, when the server refused it)."""
-    client = await RawClient.connect(gateway)
+    client = await GatewayClient.open(gateway, receive_buffer=4096)
     with trio.fail_after(10):
         assert await client.wait_hello()
-        await client.send({"op": "identify", "d": {"token": token}})
+        await client.send_json({"op": "identify", "d": {"token": token}})
         await client.read_until(lambda f: f.get("op") == "catchup.complete")
     return client
 
 
-async def closed(client: RawClient, timeout: float = 10) -> tuple[int | None, str | None]:
+async def closed(client: GatewayClient, timeout: float = 10) -> tuple[int | None, str | None]:
     """Read until the server closes; its code and reason."""
     with trio.fail_after(timeout):
         await client.read_until(lambda f: False)
     return client.close_code, client.close_reason
 
 
-async def answers_ping(client: RawClient) -> bool:
+async def answers_ping(client: GatewayClient) -> bool:
     """The connection is open and served: a ping gets its pong."""
-    await client.send({"op": "ping"})
+    await client.send_json({"op": "ping"})
     with trio.fail_after(10):
         return await client.read_until(lambda f: f.get("op") == "pong") is not None
 
@@ -119,9 +118,9 @@ class Opened:
 
     def __init__(self, gateway: str) -> None:
         self.gateway = gateway
-        self.clients: list[RawClient] = []
+        self.clients: list[GatewayClient] = []
 
-    async def connect(self, token: str) -> RawClient:
+    async def connect(self, token: str) -> GatewayClient:
         client = await connect(self.gateway, token)
         self.clients.append(client)
         return client
@@ -284,7 +283,7 @@ async def test_identity_limits_and_token_lifetime_on_a_real_daemon(
                 assert answer.status_code == 404, (method, path)
                 assert answer.json()["error"] == {"code": "not_found", "message": "no such thread"}
         fay = await opened.connect(device_token("fay", "fay-desk", "linux"))
-        await fay.send({"op": "read", "d": {"thread_id": "t-private", "seq": 5}})
+        await fay.send_json({"op": "read", "d": {"thread_id": "t-private", "seq": 5}})
         with trio.fail_after(10):
             ack = await fay.read_until(lambda f: f.get("op") == "read.ack")
         assert ack == {"op": "read.ack", "d": {"thread_id": "t-private", "last_read_seq": 0}}
@@ -315,7 +314,7 @@ async def test_identity_limits_and_token_lifetime_on_a_real_daemon(
         renewed_claims = {**claims, "did": "fay-laptop", "exp": soon}
         renewed = await opened.connect(mint_token(TEST_KEY, renewed_claims))
         fresh = mint_token(TEST_KEY, {**renewed_claims, "exp": soon + 3600})
-        await renewed.send({"op": "reauth", "d": {"token": fresh}})
+        await renewed.send_json({"op": "reauth", "d": {"token": fresh}})
         with trio.fail_after(10):
             reauth = await renewed.read_until(lambda f: f.get("op") == "reauth.ack")
         assert reauth == {"op": "reauth.ack", "d": {"exp": soon + 3600}}

@@ -16,8 +16,8 @@ import random
 import httpx
 import pytest
 import trio
-import trio_websocket
 
+from testkit.ws import Closed
 from tests.faults.conftest import DaemonFactory
 from tests.faults.world import (
     World,
@@ -72,8 +72,7 @@ class Desktop:
                 AssertionError,
                 trio.TooSlowError,
                 trio.BrokenResourceError,
-                trio_websocket.HandshakeError,
-                trio_websocket.ConnectionClosed,
+                Closed,
             ):
                 pass  # the node is down or restarting: connect again
             self.client = None

@@ -20,6 +20,8 @@ import trio
 import trustme
 
 from bothy_notify.auth import mint_token
+from testkit.daemon import DaemonFailed
+from testkit.fakes.webhook import SIGNING_KEY, WebhookReceiver
 from tests.faults.conftest import DaemonFactory
 from tests.faults.world import (
     append,
@@ -31,7 +33,6 @@ from tests.faults.world import (
 from tests.gateway.client import GatewayClient, identify
 from tests.harness import TEST_KEY, device_token, producer_token
 from tests.procs import DaemonProcess, write_config
-from tests.push.webhook_receiver import SIGNING_KEY, WebhookReceiver
 
 pytestmark = pytest.mark.slow
 
@@ -207,7 +208,7 @@ async def test_a_full_scenario_logs_no_ids_tokens_urls_or_secrets(
         ),
         log_file=tmp_path / "crash.log",
     )
-    with pytest.raises(AssertionError, match="exited with"):
+    with pytest.raises(DaemonFailed, match="exited with"):
         await crashed.start(timeout=60)
     assert "the database cannot be reached" in crashed.log_text()
 

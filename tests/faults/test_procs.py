@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from testkit.daemon import DaemonFailed
 from tests.faults.conftest import DaemonFactory
 from tests.harness import ev, producer_token
 
@@ -47,7 +48,7 @@ async def test_an_address_in_use_stops_the_daemon_with_one_line_naming_the_key(
 ) -> None:
     node = await daemons("a")
     taken = node.api if key == "api_listen" else node.gateway
-    with pytest.raises(AssertionError, match="exited with 2"):
+    with pytest.raises(DaemonFailed, match="exited with 2"):
         await daemons("b", server={key: taken})
     text = (node.log_file.parent / "b.log").read_text()
     assert f"bothy-notify: server.{key}: cannot listen on {taken} (" in text, text

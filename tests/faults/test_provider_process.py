@@ -32,6 +32,8 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from testkit.fakes.apns import Answer, FakeApns
+from testkit.fakes.webhook import SIGNING_KEY, WebhookReceiver
 from tests.faults.conftest import DaemonFactory
 from tests.faults.world import (
     PushCount,
@@ -45,8 +47,6 @@ from tests.faults.world import (
 )
 from tests.harness import device_token
 from tests.procs import DaemonProcess, read_fake_records
-from tests.push.fake_apns import Answer, FakeApns
-from tests.push.webhook_receiver import SIGNING_KEY, WebhookReceiver
 
 pytestmark = pytest.mark.slow
 

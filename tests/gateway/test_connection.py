@@ -21,7 +21,6 @@ from tests.gateway.client import (
     identify,
     wait_until,
 )
-from tests.gateway.rawclient import RawClient
 from tests.gateway.world import message, start
 from tests.harness import Launch, Node, device_token, ev, make_config
 
@@ -224,9 +223,9 @@ async def test_a_full_outbound_queue_drops_ephemeral_frames_counts_them_and_stay
 ) -> None:
     node = await bare(launch, sync={"outbound_queue_max": 2})
     publisher = gateway_of(node).publisher
-    client = await RawClient.connect(gateway_address(node))
+    client = await GatewayClient.open(gateway_address(node), receive_buffer=4096)
     try:
-        await client.send(
+        await client.send_json(
             {"op": "identify", "d": {"token": device_token("alex", "alex-desktop", "macos")}}
         )
         assert await client.read_until(lambda f: f.get("op") == "catchup.complete")
@@ -242,7 +241,7 @@ async def test_a_full_outbound_queue_drops_ephemeral_frames_counts_them_and_stay
         assert queued == [1] * taken + [0] * (20 - taken) and 3 <= taken < 20
         assert gauge(node.metrics, "bothy_gateway_dropped_total", reason="queue_full") == 20 - taken
         assert gateway_of(node).hub.statistics().live == 1
-        await client.send({"op": "ping"})
+        await client.send_json({"op": "ping"})
         assert await client.read_until(lambda f: f.get("op") == "pong") == {"op": "pong"}
         assert sum(f.get("type") == "notification.created" for f in client.frames) == taken
         assert client.close_code is None
@@ -253,9 +252,9 @@ async def test_a_full_outbound_queue_drops_ephemeral_frames_counts_them_and_stay
 async def test_writes_stalled_past_the_write_timeout_close_with_4014(launch: Launch) -> None:
     node = await bare(launch, sync={"write_timeout": "1s", "outbound_queue_max": 8})
     publisher = gateway_of(node).publisher
-    client = await RawClient.connect(gateway_address(node))
+    client = await GatewayClient.open(gateway_address(node), receive_buffer=4096)
     try:
-        await client.send(
+        await client.send_json(
             {"op": "identify", "d": {"token": device_token("alex", "alex-desktop", "macos")}}
         )
         assert await client.read_until(lambda f: f.get("op") == "catchup.complete")

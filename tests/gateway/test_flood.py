@@ -15,8 +15,8 @@ import contextlib
 import json
 
 import trio
-import trio_websocket
 
+from testkit.ws import Closed
 from tests.gateway.client import (
     GatewayClient,
     connect_live,
@@ -37,7 +37,7 @@ async def test_frames_past_the_bucket_close_with_4029_while_others_are_served(
     bystander = await connect_live(nursery, node, "alex", "alex-desktop")
     flooder = await connect_live(nursery, node, "sam", "sam-desktop")  # identify: one token
 
-    with contextlib.suppress(trio_websocket.ConnectionClosed):  # closed while it sends
+    with contextlib.suppress(Closed):  # closed while it sends
         for _ in range(20):
             await flooder.send_raw(json.dumps({"op": "ping"}))
 
@@ -57,7 +57,7 @@ async def test_a_device_that_reconnects_before_its_cooldown_is_refused_at_identi
     node = await start(launch, sync={"ops_per_second": 1, "ops_burst": 3})
     limited = "bothy_gateway_rate_limited_total"
     flooder = await connect_live(nursery, node, "sam", "sam-desktop")
-    with contextlib.suppress(trio_websocket.ConnectionClosed):
+    with contextlib.suppress(Closed):
         for _ in range(10):
             await flooder.send("ping")
     await wait_until(lambda: gauge(node.metrics, limited) == 1)

@@ -11,8 +11,8 @@ from datetime import timedelta
 import trio
 
 from bothy_notify.kernel.clock import to_unix_micros
+from testkit.ws import GatewayClient
 from tests.gateway.client import connect_live, gateway_address, gateway_of, wait_until
-from tests.gateway.rawclient import RawClient
 from tests.gateway.world import (
     DELAY,
     GATEWAY_SEND,
@@ -218,9 +218,9 @@ async def test_a_desktop_still_catching_up_counts_as_offline(launch: Launch) -> 
         " INSERT INTO bothy.follows (thread_id, user_id, level) SELECT id, 'alex', 'all' FROM t"
     )
     gateway = gateway_of(node)
-    desktop = await RawClient.connect(gateway_address(node))
+    desktop = await GatewayClient.open(gateway_address(node), receive_buffer=4096)
     try:
-        await desktop.send(
+        await desktop.send_json(
             {"op": "identify", "d": {"token": device_token("alex", "alex-desktop", "macos")}}
         )
         await wait_until(lambda: gateway.hub.statistics().catching_up == 1)

@@ -9,12 +9,11 @@ from typing import Any
 
 import trio
 
+from testkit.ws import OPCODE_BINARY, client_frame
 from tests.gateway.client import GatewayClient, connect_live, gateway_address
-from tests.gateway.rawclient import RawClient
 from tests.gateway.world import message, start
 from tests.harness import Launch, Node, device_token
 from tests.hostile.tokens import malformed_device_tokens
-from tests.hostile.wsframes import OPCODE_BINARY, client_frame
 
 MALFORMED = "malformed frame"
 INVALID_TEXT = "invalid utf-8"
@@ -164,7 +163,7 @@ def code_of(reason: str) -> int:
     return 1007 if reason == INVALID_TEXT else 4003
 
 
-async def closed_by(raw: RawClient) -> tuple[int | None, str | None]:
+async def closed_by(raw: GatewayClient) -> tuple[int | None, str | None]:
     with trio.fail_after(10):
         await raw.read_until(lambda f: False)
     return raw.close_code, raw.close_reason
@@ -177,9 +176,9 @@ async def test_every_malformed_frame_of_a_live_connection_closes_it_with_its_cod
     alex = await bystander(nursery, node)
     token = device_token("sam", "sam-desktop", "macos")
     for name, payload, reason in LIVE_CASES:
-        raw = await RawClient.connect(gateway_address(node))
+        raw = await GatewayClient.open(gateway_address(node), receive_buffer=4096)
         try:
-            await raw.send({"op": "identify", "d": {"token": token}})
+            await raw.send("identify", {"token": token})
             assert await raw.read_until(lambda f: f.get("op") == "catchup.complete")
             await raw.stream.send_all(client_frame(payload))
             assert await closed_by(raw) == (code_of(reason), reason), name
@@ -195,7 +194,7 @@ async def test_every_malformed_frame_before_identify_closes_with_its_code(
     node = await start(launch)
     alex = await bystander(nursery, node)
     for name, payload, reason in UNIDENTIFIED_CASES:
-        raw = await RawClient.connect(gateway_address(node))
+        raw = await GatewayClient.open(gateway_address(node), receive_buffer=4096)
         try:
             assert await raw.wait_hello()
             await raw.stream.send_all(client_frame(payload))
@@ -211,11 +210,11 @@ async def test_a_binary_frame_closes_with_4003_in_every_phase(
     node = await start(launch)
     alex = await bystander(nursery, node)
     for identified in (False, True):
-        raw = await RawClient.connect(gateway_address(node))
+        raw = await GatewayClient.open(gateway_address(node), receive_buffer=4096)
         try:
             if identified:
                 token = device_token("sam", "sam-desktop", "macos")
-                await raw.send({"op": "identify", "d": {"token": token}})
+                await raw.send("identify", {"token": token})
                 assert await raw.read_until(lambda f: f.get("op") == "catchup.complete")
             await raw.stream.send_all(client_frame(b'{"op":"ping"}', opcode=OPCODE_BINARY))
             assert await closed_by(raw) == (4003, MALFORMED)

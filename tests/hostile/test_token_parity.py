@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from bothy_notify.auth import LATEST_EXPIRY, LATEST_INSTANT, accepted_until
 from bothy_notify.kernel.clock import FakeClock
 from gateway.service import build_gateway
-from tests.gateway.rawclient import RawClient
+from testkit.ws import GatewayClient
 from tests.harness import TEST_KEY, Launch, Node, make_config
 
 LEEWAY = 30
@@ -187,13 +187,13 @@ async def gateway_answer(node: Node, token: str) -> tuple[bool, int | None]:
     """Whether ``identify`` with ``token`` made the connection live (and it then still
     answers a ping), and the close code when it did not."""
     assert node.addresses.gateway is not None
-    client = await RawClient.connect(node.addresses.gateway, receive_buffer=65536)
+    client = await GatewayClient.open(node.addresses.gateway, receive_buffer=65536)
     try:
         assert await client.wait_hello() is not None
-        await client.send({"op": "identify", "d": {"token": token}})
+        await client.send_json({"op": "identify", "d": {"token": token}})
         if await client.read_until(lambda f: f.get("op") == "catchup.complete") is None:
             return False, client.close_code
-        await client.send({"op": "ping"})
+        await client.send_json({"op": "ping"})
         pong = await client.read_until(lambda f: f.get("op") == "pong")
         return pong is not None, client.close_code
     finally:
@@ -260,15 +260,15 @@ async def test_the_largest_expiry_is_accepted_on_both_paths_and_by_reauth(
     token = jwt.encode({**claims, "exp": LATEST_EXPIRY}, TEST_KEY, algorithm="HS256")
     assert await http_answer(node, token)
     assert node.addresses.gateway is not None
-    client = await RawClient.connect(node.addresses.gateway, receive_buffer=65536)
+    client = await GatewayClient.open(node.addresses.gateway, receive_buffer=65536)
     try:
         assert await client.wait_hello() is not None
-        await client.send({"op": "identify", "d": {"token": token}})
+        await client.send_json({"op": "identify", "d": {"token": token}})
         assert await client.read_until(lambda f: f.get("op") == "catchup.complete")
-        await client.send({"op": "reauth", "d": {"token": token}})
+        await client.send_json({"op": "reauth", "d": {"token": token}})
         ack = await client.read_until(lambda f: f.get("op") == "reauth.ack")
         assert ack == {"op": "reauth.ack", "d": {"exp": LATEST_EXPIRY}}
-        await client.send({"op": "ping"})
+        await client.send_json({"op": "ping"})
         assert await client.read_until(lambda f: f.get("op") == "pong")
     finally:
         await client.aclose()

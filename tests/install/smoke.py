@@ -3,7 +3,8 @@
 What a new operator does, from a clean state, proven end to end:
 
 1. build the sdist from the git-tracked files, and the wheel from that sdist
-   (``python -m build``), in a temporary directory;
+   (``python -m build``), in a temporary directory; the wheel holds the
+   product's packages only (not the kit of tests and benchmarks, ``testkit``);
 2. install the wheel **without extras** into a fresh virtualenv (no system site
    packages; pip's cache is reused, nothing beyond the package registry);
 3. from another directory (never the repository): ``import bothy_notify.cli,
@@ -11,10 +12,12 @@ What a new operator does, from a clean state, proven end to end:
    equal the repository's, ``bothy-notify --help``, ``--version`` and
    ``check-config`` work;
 4. ``bothy-notify run`` on the embedded PostgreSQL (``database.url = ""``, a
-   ``data_dir`` relative to the configuration file), a producer token from
-   ``dev-token``, one event appended with ``urllib`` from the venv's Python;
-5. SIGTERM: the daemon exits 0 within ``server.drain_period`` and the embedded
-   server is stopped;
+   ``data_dir`` relative to the configuration file), started by the kit's
+   launcher (``testkit/daemon.py``: ready once its ``--ready-file`` appears),
+   a producer token from ``dev-token``, one event appended with ``urllib``
+   from the venv's Python;
+5. SIGTERM: the daemon exits 0 within ``server.drain_period``, the embedded
+   server is stopped and the ready file removed;
 6. ``bothy-notify demo`` (its own throwaway embedded server) succeeds.
 
 Every wait is bounded; progress is printed; the temporary directory, the daemon
@@ -28,10 +31,10 @@ Run with the development virtualenv's Python (it has ``build``):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
-import queue
 import re
 import shutil
 import signal
@@ -39,12 +42,15 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the kit, when run as a script (the installed venv never sees it)
+
+from testkit.daemon import DaemonFailed, DaemonProcess, DaemonStuck  # noqa: E402
 
 # Bounds of each wait, in seconds: generous for a shared, loaded machine, yet
 # each one ends the check instead of hanging it.
@@ -226,62 +232,6 @@ def clean_env(tmp: Path, venv: Path) -> dict[str, str]:
     return env
 
 
-class Daemon:
-    """``bothy-notify run`` as a child process, its output read by two threads."""
-
-    def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(
-            args,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.output: list[str] = []
-        for stream in (self.process.stdout, self.process.stderr):
-            threading.Thread(target=self._read, args=(stream,), daemon=True).start()
-
-    def _read(self, stream: object) -> None:
-        assert hasattr(stream, "readline")
-        for line in iter(stream.readline, ""):
-            self.output.append(line)
-            self.lines.put(line)
-
-    def wait_for_line(self, pattern: str, timeout: float) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise CheckFailed(f"the daemon did not say {pattern!r} within {timeout:g}s")
-            try:
-                line = self.lines.get(timeout=min(left, 0.5))
-            except queue.Empty:
-                if self.process.poll() is not None:
-                    raise CheckFailed(
-                        f"the daemon exited with {self.process.returncode} before it served"
-                    ) from None
-                continue
-            found = re.search(pattern, line)
-            if found:
-                return found
-
-    def transcript(self) -> str:
-        return "".join(self.output)
-
-    def stop(self) -> None:
-        """Cleanup: SIGTERM, then SIGKILL if it does not end in time."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=STOP_TIMEOUT)
-
-
 def stop_embedded_servers(tmp: Path, progress: Progress) -> None:
     """Stop every PostgreSQL whose data directory is under ``tmp`` (left by a
     daemon or a demo that was killed): SIGINT is PostgreSQL's fast shutdown."""
@@ -336,6 +286,10 @@ def check(tmp: Path, progress: Progress) -> None:
         links = [m.name for m in sdist.getmembers() if m.issym() or m.islnk()]
     if links:
         raise CheckFailed(f"the sdist holds links instead of files: {links}")
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        top = {name.split("/")[0] for name in wheel.namelist()}
+    if {t for t in top if not t.endswith(".dist-info")} != {"bothy_notify", "gateway"}:
+        raise CheckFailed(f"the wheel holds more than the product's packages: {sorted(top)}")
     progress.say(f"built {sdists[0].name} and {wheels[0].name}")
 
     progress.say("installing the wheel without extras into a fresh virtualenv")
@@ -397,12 +351,21 @@ def check(tmp: Path, progress: Progress) -> None:
     ).stdout.strip()
 
     progress.say('bothy-notify run on the embedded PostgreSQL (database.url = "")')
-    daemon = Daemon([cli, "run", "--config", "../etc/bothy.toml"], cwd=work, env=env)
+    daemon = DaemonProcess(
+        config_file=Path("../etc/bothy.toml"),
+        log_file=tmp / "daemon.log",  # never in the working directory: it must stay clean
+        command=(cli,),
+        cwd=work,
+        environ=env,
+    )
     try:
-        found = daemon.wait_for_line(
-            r"bothy-notify running \(role all\): API http://(\S+?),", STARTUP_TIMEOUT
-        )
-        api = found.group(1)
+        try:
+            daemon.start_sync(timeout=STARTUP_TIMEOUT)
+        except DaemonFailed as exc:
+            raise CheckFailed(str(exc)) from None
+        if (daemon.ready["role"], daemon.ready["processes"]) != ("all", 1) or not daemon.gateway:
+            raise CheckFailed(f"the ready file does not describe the node: {daemon.ready}")
+        api = daemon.api
         progress.say(f"daemon serving on {api}; appending one event over HTTP (urllib)")
         answer = json.loads(
             run(
@@ -423,10 +386,9 @@ def check(tmp: Path, progress: Progress) -> None:
             raise CheckFailed(f"unexpected answer to the append: {answer}")
         progress.say(f"appended: seq {seqs[0]}; SIGTERM")
         stopped_at = time.monotonic()
-        daemon.process.send_signal(signal.SIGTERM)
         try:
-            code = daemon.process.wait(timeout=DRAIN_PERIOD)
-        except subprocess.TimeoutExpired:
+            code = daemon.stop_sync(timeout=DRAIN_PERIOD)
+        except DaemonStuck:
             raise CheckFailed(
                 f"the daemon did not exit within the drain period ({DRAIN_PERIOD:g}s)"
             ) from None
@@ -435,11 +397,13 @@ def check(tmp: Path, progress: Progress) -> None:
             raise CheckFailed(f"the daemon exited with {code} after SIGTERM")
         progress.say(f"daemon exited 0 in {took:.1f}s")
     except Exception:
-        daemon.stop()
-        print(f"--- daemon output\n{daemon.transcript()}---", flush=True)
+        print(f"--- daemon output\n{daemon.log_text()}---", flush=True)
         raise
     finally:
-        daemon.stop()
+        with contextlib.suppress(DaemonStuck):
+            daemon.stop_sync(timeout=STOP_TIMEOUT)
+    if daemon.ready_file is not None and daemon.ready_file.exists():
+        raise CheckFailed("the ready file is still there after the daemon exited")
 
     data_dir = etc / "state" / "postgres"
     if not (data_dir / "PG_VERSION").is_file():

@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from bothy_notify.kernel.clock import FakeClock
-from tests.push.fake_apns import FakeApns
-from tests.push.fake_fcm import FakeFcm
+from testkit.fakes.apns import FakeApns
+from testkit.fakes.fcm import FakeFcm
 
 KEY_ID = "KEY123ABCD"
 TEAM_ID = "TEAM12345X"

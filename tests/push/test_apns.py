@@ -21,8 +21,8 @@ from bothy_notify.push.port import (
 )
 from bothy_notify.push.providers import build as build_providers
 from bothy_notify.push.transport import NoAnswer
+from testkit.fakes.apns import Answer, FakeApns
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
-from tests.push.fake_apns import Answer, FakeApns
 
 TOKEN = "ab" * 32
 MESSAGE = PushMessage(

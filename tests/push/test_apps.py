@@ -26,9 +26,9 @@ from bothy_notify.push.apns import ApnsProvider
 from bothy_notify.push.fake import FakeProvider
 from bothy_notify.push.webpush import generate_vapid_key
 from bothy_notify.store import registrations as regs
+from testkit.fakes.apns import FakeApns
+from testkit.fakes.fcm import PROJECT, FakeFcm
 from tests.harness import Launch, Node, device_token, make_config, wait_for
-from tests.push.fake_apns import FakeApns
-from tests.push.fake_fcm import PROJECT, FakeFcm
 from tests.push.test_delivery import message, people
 from tests.support.threaded import served_in_a_thread
 

@@ -10,9 +10,9 @@ from typing import Any
 from bothy_notify.config import ApnsStyle
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.apns import ApnsCredentials, ApnsProvider, collapse_id
+from testkit.fakes.apns import FakeApns
 from tests.harness import Launch, device_token, ev, make_config
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
-from tests.push.fake_apns import FakeApns
 
 APNS_TOKEN = "ab" * 32
 

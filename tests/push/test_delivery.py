@@ -25,11 +25,11 @@ from bothy_notify.push.fcm import (
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webhook import WebhookProvider
+from testkit.fakes.apns import Answer, FakeApns
+from testkit.fakes.fcm import PROJECT, FakeFcm, FcmAnswer, error_body
+from testkit.fakes.webhook import HOST, SIGNING_KEY, WebhookReceiver
 from tests.harness import Launch, Node, device_token, ev, make_config, start_node
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
-from tests.push.fake_apns import Answer, FakeApns
-from tests.push.fake_fcm import PROJECT, FakeFcm, FcmAnswer, error_body
-from tests.push.webhook_receiver import HOST, SIGNING_KEY, WebhookReceiver
 
 APNS_TOKEN = "ab" * 32
 IPAD_TOKEN = "cd" * 32

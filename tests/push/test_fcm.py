@@ -22,7 +22,7 @@ from bothy_notify.push.port import (
     Target,
 )
 from bothy_notify.push.transport import NoAnswer
-from tests.push.fake_fcm import PROJECT, FakeFcm, FcmAnswer, error_body
+from testkit.fakes.fcm import PROJECT, FakeFcm, FcmAnswer, error_body
 
 TOKEN = "fcm-registration-token-1"
 MESSAGE = PushMessage(

@@ -17,8 +17,8 @@ import trustme
 
 from bothy_notify.push.http2 import Http2Client, no_answer_reason
 from bothy_notify.push.transport import NoAnswer, ProviderAnswer
+from testkit.fakes.apns import Answer, FakeApns
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
-from tests.push.fake_apns import Answer, FakeApns
 
 TOKEN = "ab" * 32
 

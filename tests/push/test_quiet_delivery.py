@@ -9,9 +9,9 @@ from typing import Any
 
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.apns import ApnsCredentials, ApnsProvider
+from testkit.fakes.apns import FakeApns
 from tests.harness import Launch, device_token, ev, make_config
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
-from tests.push.fake_apns import FakeApns
 
 APNS_TOKEN = "cd" * 32
 

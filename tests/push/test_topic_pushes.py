@@ -19,11 +19,11 @@ from bothy_notify.push.port import PushProvider
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webhook import WebhookProvider
 from bothy_notify.topics.model import b64
+from testkit.fakes.apns import Answer, FakeApns
+from testkit.fakes.fcm import FakeFcm, FcmAnswer, error_body
+from testkit.fakes.webhook import HOST, SIGNING_KEY, WebhookReceiver
 from tests.harness import Launch, Node, make_config
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
-from tests.push.fake_apns import Answer, FakeApns
-from tests.push.fake_fcm import FakeFcm, FcmAnswer, error_body
-from tests.push.webhook_receiver import HOST, SIGNING_KEY, WebhookReceiver
 from tests.topics.helpers import Recipient, add, conversation, envelope, register, subscribe
 
 APNS_TOKEN = "cd" * 32

@@ -17,7 +17,7 @@ from bothy_notify.push.port import OutcomeKind, PushMessage, Target, TopicMessag
 from bothy_notify.push.providers import build as build_providers
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webhook import WebhookProvider, sign
-from tests.push.webhook_receiver import HOST, SIGNING_KEY, WebhookReceiver
+from testkit.fakes.webhook import HOST, SIGNING_KEY, WebhookReceiver
 
 PUBLIC = "93.184.216.34"
 MESSAGE = PushMessage(

@@ -32,7 +32,7 @@ from bothy_notify.push.webpush import (
     unpack_keys,
     webpush_outcome,
 )
-from tests.push.fake_webpush import HOST, Browser, FakePushService, PushAnswer
+from testkit.fakes.webpush import HOST, Browser, FakePushService, PushAnswer
 
 THREAD = "thread-with-a-secret-name"
 MESSAGE = PushMessage(

@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webpush import WebPushProvider, public_key_b64
+from testkit.fakes.webpush import HOST, Browser, FakePushService, PushAnswer
 from tests.harness import Launch, Node, device_token, make_config
-from tests.push.fake_webpush import HOST, Browser, FakePushService, PushAnswer
 from tests.push.test_delivery import message, people
 
 BROWSER = device_token("alex", "alex-laptop", "web")

@@ -19,11 +19,11 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from testkit.fakes.apns import Answer, FakeApns
+from testkit.fakes.fcm import FakeFcm
+from testkit.fakes.webhook import WebhookReceiver
 from tests.harness import device_token, producer_token
 from tests.procs import DaemonProcess, write_config
-from tests.push.fake_apns import Answer, FakeApns
-from tests.push.fake_fcm import FakeFcm
-from tests.push.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.push.asgi import serve_tls
+from testkit.fakes.asgi import serve_tls
 
 PROJECT = "bothy-test"
 CLIENT_EMAIL = "push@bothy-test.iam.gserviceaccount.com"

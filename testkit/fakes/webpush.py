@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.push.asgi import serve_tls
+from testkit.fakes.asgi import serve_tls
 
 HOST = "push.bothy.test"
 _TOPIC = re.compile(r"^[A-Za-z0-9_-]{1,32}$")

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.push.asgi import serve_tls
+from testkit.fakes.asgi import serve_tls
 
 HOST = "hooks.bothy.test"
 SIGNING_KEY = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()

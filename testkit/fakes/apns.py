@@ -7,8 +7,9 @@ and records every request. Tests script answers per device token
 (:meth:`FakeApns.answer`); a request that breaks a rule gets Apple's error and
 is listed in :attr:`FakeApns.violations`.
 
-Run as a program (``python -m tests.push.fake_apns``) it serves in its own
-process for the benchmark, printing its port once listening.
+Run as a program (``python -m testkit.fakes.apns``) it serves in its own
+process for the benchmarks, printing its port once listening
+(:class:`ApnsProcess` starts and controls it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import json
 import re
 import ssl
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable
@@ -34,8 +36,11 @@ import h2.settings
 import jwt
 import trio
 import trustme
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+ROOT = Path(__file__).resolve().parents[2]
 
 _PATH = re.compile(r"^/3/device/([0-9a-fA-F]{64,200})$")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
@@ -382,6 +387,79 @@ class FakeApns:
             return self._violation(403, "InvalidProviderToken", "JWT kid or iss is wrong")
         self._verified[(token, key_id)] = (header, claims)
         return header, claims
+
+
+class ApnsProcess:
+    """This fake in its own process (``python -m testkit.fakes.apns``), controlled
+    through its stdin: a benchmark's fake APNs that checks what it is sent."""
+
+    name = "python"
+
+    def __init__(
+        self,
+        tmp: Path,
+        key: ec.EllipticCurvePrivateKey,
+        *,
+        key_id: str,
+        team_id: str,
+        topic: str,
+    ) -> None:
+        public = tmp / "apns-public.pem"
+        public.write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+        self.ca_file = str(tmp / "python-fake-ca.pem")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "testkit.fakes.apns",
+                "--public-key",
+                str(public),
+                "--key-id",
+                key_id,
+                "--team-id",
+                team_id,
+                "--topic",
+                topic,
+                "--ca-out",
+                self.ca_file,
+            ],
+            cwd=ROOT,  # the repository: where ``testkit`` is found
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.pid = self.proc.pid
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().split()
+        if len(line) != 2 or line[0] != "PORT":
+            raise RuntimeError("the fake APNs did not start")
+        self.url = f"https://127.0.0.1:{line[1]}"
+
+    def command(self, text: str) -> int:
+        """Send ``stall``/``resume``/``count``; returns the requests the fake has seen."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline().split()[1])
+
+    def stall(self) -> None:
+        self.command("stall")
+
+    def resume(self) -> None:
+        self.command("resume")
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def main() -> None:
