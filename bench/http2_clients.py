@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -59,41 +59,12 @@ sys.path.insert(0, str(ROOT))
 from bench._common import Meter, machine, report  # noqa: E402
 from bothy_notify.push.http2 import Http2Client  # noqa: E402
 from bothy_notify.push.port import PushMessage  # noqa: E402
-from bothy_notify.push.streams import CancelSafeStream  # noqa: E402
+from bothy_notify.push.streams import CancelSafeBackend  # noqa: E402
 from bothy_notify.push.transport import REQUEST_BOUND, ProviderAnswer, ssl_context  # noqa: E402
 from testkit.fakes import KEY_ID, TEAM_ID, TOPIC, FakeApnsServer, start_fake  # noqa: E402
 
 Post = Callable[[str, bytes], Awaitable[int]]
 """``(device token, body) -> status``."""
-
-
-class CancelSafeBackend(httpcore.AsyncNetworkBackend):
-    """Trio connections wrapped in :class:`CancelSafeStream`, as the providers had them."""
-
-    def __init__(self) -> None:
-        self._inner = httpcore.TrioBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        return CancelSafeStream(stream)
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("no Unix sockets here")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
 
 
 def httpx_client(ca_file: str) -> httpx.AsyncClient:

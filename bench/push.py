@@ -10,7 +10,7 @@ and costs more CPU per request than the client). In one run:
    requests to the same fake with the same client the provider uses
    (``bench/http2_clients.py``'s ``pycurl`` loop): requests/s;
 2. pipeline: ``--jobs`` push_send jobs inserted at once into the embedded
-   PostgreSQL, run by a real daemon (role worker: job runner, PushSendHandler,
+   PostgreSQL, run by a real daemon (role worker: job runner, the push handler (HintPush),
    the APNs provider built from ``[push.apns]``, per-provider limiter,
    results recorded in batches): pushes/s from the insert's commit to the last
    job recorded, and the CPU per push of this process (the daemon) and of

@@ -38,6 +38,7 @@ import trio
 from bothy_notify.config import Config, Role
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.results import SkipReason
 from bothy_notify.kernel.supervise import Supervised
 from bothy_notify.store import cluster
 from bothy_notify.store.cluster import NodeRow, SweepResult
@@ -163,8 +164,8 @@ class NodeRegistry:
 
     def _count(self, result: SweepResult) -> None:
         for kind, n in result.jobs_gone.items():
-            self._metrics.skip(cluster.NODE_GONE, n)
-            self._metrics.jobs_finished.labels(kind, f"skipped_{cluster.NODE_GONE}").inc(n)
+            self._metrics.skip(SkipReason.NODE_GONE, n)
+            self._metrics.jobs_finished.labels(kind, SkipReason.NODE_GONE.result).inc(n)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Join (first heartbeat), then beat every ``server.heartbeat`` until cancelled.

@@ -6,8 +6,8 @@ with closed-set values only (kinds, reasons, counts, roles). Everything else
 that can write to the process's output is routed through the same handler and
 made safe by construction rather than by review:
 
-- **Third-party loggers** (httpx, hypercorn, trio-websocket, google-auth,
-  pgserver, ``py.warnings``...) log at ``WARNING`` and above whatever
+- **Third-party loggers** (httpx, hypercorn, trio-websocket, pgserver,
+  ``py.warnings``...) log at ``WARNING`` and above whatever
   ``log.level`` says (their debug output carries headers and URLs). Their
   message keeps only a ``%``-style template whose arguments were separate
   (a constant in the library's code); the arguments are dropped, and a message

@@ -60,6 +60,7 @@ from bothy_notify.kernel.backoff import Backoff
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.instrument import Instrument
 from bothy_notify.kernel.metrics import Children, Metrics
+from bothy_notify.kernel.results import Result
 from bothy_notify.kernel.supervise import Supervised, error_type
 from bothy_notify.store import jobs as queue
 from bothy_notify.store.db import (
@@ -100,9 +101,9 @@ class BatchedEffect:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """The job is finished; ``result`` labels the metric (``delivered``, ``skipped``...)."""
+    """The job is finished; ``result`` labels the metric (``delivered``, ``skipped_read``...)."""
 
-    result: str = "done"
+    result: Result = Result.DONE
     effect: Effect | BatchedEffect | None = None
 
 
@@ -182,6 +183,16 @@ provider's outage) do not come back together."""
 RECORD_RETRY = Backoff(initial=0.05, cap=5.0)
 """Recording results while the database is unreachable: soon at first (most losses
 are a moment's), then no more than every 5 s."""
+
+CHECK_ATTEMPTS = 8
+"""Attempts to ask whether a recording cut off had committed (:data:`RECORD_RETRY`'s
+waits between them: about 6 s in all)."""
+
+RENEW_RETRY = Backoff(initial=0.25, cap=2.0)
+"""Renewing leases after a renewal failed (the connection broke, or the server did not
+answer): again soon rather than a period later, so a failover that takes most of a
+lease still finds the leases renewed on the new primary (the next period's wait is
+the longest)."""
 
 
 def backoff(attempt: int, rng: random.Random | None = None) -> timedelta:
@@ -268,6 +279,8 @@ class JobRunner:
         self._finished = Children(metrics.jobs_finished)
         self._in_flight: dict[Fence, Job] = {}
         """Claimed and not yet recorded: renewed, and given back on shutdown."""
+        self._lost: set[Fence] = set()
+        """In flight, and a renewal found the fence lost: recording them stops retrying."""
         self._running = 0
         """Claimed and not yet reported: the jobs holding a ``jobs.concurrency`` slot."""
         self._wake = trio.Event()
@@ -604,6 +617,7 @@ class JobRunner:
         self._recorded += len(batch)
         for job, result in batch:
             self._in_flight.pop(job.fence, None)
+            self._lost.discard(job.fence)
             if job.fence not in held:
                 lost += 1
                 label = "lost_lease"
@@ -624,27 +638,79 @@ class JobRunner:
     async def _apply(self, batch: list[tuple[Job, JobResult]]) -> set[Fence]:
         """Record ``batch`` in one transaction; retry while the database is unreachable.
 
-        Returns the fences that held.
+        A write whose connection broke or did not answer (``StoreUnavailable``,
+        ``StoreTimeout``) may or may not have committed. It is written again on a
+        fresh connection (the pool and the direct connection reconnect through the
+        URL: after a failover, to the new primary), with the same ``now``, for as
+        long as the fences may hold: the renewal keeps the leases meanwhile, and
+        the retries end when the write succeeds or every fence of the batch is
+        lost (a renewal found another claim). A fence that held when the write
+        landed is the proof that nobody else took the job, so a result recorded
+        late is recorded once and its job is not rescued.
+
+        After such a retry, the results that the earlier attempt did commit (the
+        row shows this claim finished at ``now``) count as recorded, not as
+        lost; their effects were applied by that commit.
+
+        Returns the fences recorded by this runner.
         """
         retries = RECORD_RETRY.retries()
         # One statement (say, gateway hints all done) commits on its own: no BEGIN/COMMIT,
         # and when it only completes jobs, no worker thread either.
         single = records_in_one_statement(batch)
         completes = single and isinstance(batch[0][1], Done)
+        fences = [job.fence for job, _ in batch]
+        now = self._clock.now()  # the same on every attempt: it marks an earlier commit
+        unknown = False
         while True:
-            now = self._clock.now()
+            if self._lost.issuperset(fences):
+                return set()
             try:
                 held: set[Fence]
                 if completes:
-                    held = await queue.complete_direct(self._db, [j.fence for j, _ in batch], now)
+                    held = await queue.complete_direct(self._db, fences, now)
                 else:
                     held = await self._db.run(
                         partial(_apply_results, batch=batch, now=now), transaction=not single
                     )
-                return held
-            except (StoreUnavailable, StoreContention):
+            except (StoreUnavailable, StoreContention) as exc:
+                unknown = unknown or isinstance(exc, StoreUnavailable)
                 log.warning("recording job results failed; retrying")
                 await trio.sleep(retries.failed())
+                continue
+            if unknown and len(held) < len(fences):
+                held |= await self._recorded_before(batch, held, now)
+            return held
+
+    async def _recorded_before(
+        self, batch: list[tuple[Job, JobResult]], held: set[Fence], now: datetime
+    ) -> set[Fence]:
+        """Of the finishing results (:class:`Done`, :class:`Fail`) in ``batch`` not
+        in ``held``, those an earlier attempt of this recording committed (asked
+        :data:`CHECK_ATTEMPTS` times at most; empty when the database cannot say:
+        they then count as lost)."""
+        finishing = [
+            job.fence
+            for job, result in batch
+            if job.fence not in held and isinstance(result, Done | Fail)
+        ]
+        if not finishing:
+            return set()
+        # Right after a failover the pool may still hold connections the failover broke,
+        # and while the database counts as unreachable only one caller a second tries
+        # it (Database.run): ask for a few seconds (RECORD_RETRY: 50 ms doubling, about
+        # 6 s in all) before counting these results as lost.
+        retries = RECORD_RETRY.retries()
+        for _ in range(CHECK_ATTEMPTS):
+            try:
+                return await self._db.run(
+                    partial(queue.finished_at, fences=finishing, at=now), transaction=False
+                )
+            except StoreUnavailable:
+                await trio.sleep(retries.failed())
+            except StoreError:
+                break
+        return set()
 
     async def _record_alone(self, item: tuple[Job, JobResult]) -> tuple[set[Fence], JobResult]:
         """Record one result; when that fails, record it as :class:`Fail` without its
@@ -691,13 +757,22 @@ class JobRunner:
         A job whose result is recorded while its renewal runs is not renewed
         either (it is no longer ``running``), so one missed renewal proves
         nothing: a job counts as lost when a renewal missed it, it is still
-        running here, and the next renewal misses it again.
+        running here, and the next renewal misses it again. Its recording then
+        stops retrying (:meth:`_apply`).
+
+        A renewal that fails (the database cannot be reached, or did not answer
+        within its bound) is tried again after :data:`RENEW_RETRY`'s backoff,
+        not a period later: the jobs being recorded meanwhile keep their leases
+        through a failover, on whichever server takes writes next.
         """
         task_status.started()
         period = max(0.5, self._config.lease.total_seconds() / 3)
+        retries = RENEW_RETRY.retries()
+        wait = period
         missed: set[Fence] = set()
         while True:
-            await trio.sleep(period)
+            await trio.sleep(wait)
+            wait = period
             fences = list(self._in_flight)
             if not fences:
                 missed = set()
@@ -706,10 +781,13 @@ class JobRunner:
             try:
                 held = await self._db.run(partial(queue.renew, fences=fences, until=until))
             except StoreError:
-                log.warning("renewing job leases failed")
+                log.warning("renewing job leases failed; trying again soon")
+                wait = min(period, retries.failed())
                 continue
+            retries.succeeded()
             lost, missed = lost_leases(fences, held, missed, self._in_flight)
             if lost:
+                self._lost |= lost
                 # Their results will be dropped by the fence when they arrive.
                 log.warning(
                     "jobs lost their lease while running; another claim holds them",

@@ -67,14 +67,16 @@ from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.jobs.flush import FlushHandler
 from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler, LocalGatewayHints
-from bothy_notify.notify.jobs.push_clear import PushClearHandler
-from bothy_notify.notify.jobs.push_send import PushSendHandler
-from bothy_notify.notify.jobs.quiet_summary import PushSummaryHandler, QuietSummaryHandler
+from bothy_notify.notify.jobs.push_clear import ReadClearPush
+from bothy_notify.notify.jobs.push_send import HintPush
+from bothy_notify.notify.jobs.quiet_summary import QuietSummaryHandler, SummaryPush
+from bothy_notify.notify.jobs.registration_push import RegistrationLifecycle
 from bothy_notify.notify.kinds_dir import LiveCatalogue
 from bothy_notify.notify.planner import RoundOutcome
 from bothy_notify.notify.round import ConsumerRound
 from bothy_notify.notify.routes import FailClosedRoutes, JobLiveRoutes, LiveRoutes
 from bothy_notify.push import providers as provider_table
+from bothy_notify.push.jobs import Lifecycle, PushJobHandler, PushKind
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.registry import Providers
 from bothy_notify.runner import JobHandler, JobRunner
@@ -89,7 +91,7 @@ from bothy_notify.store.db import (
 from bothy_notify.store.embedded import EmbeddedPostgres
 from bothy_notify.store.events import EventValidator
 from bothy_notify.store.migrate import migrate
-from bothy_notify.topics.send import TopicPushHandler
+from bothy_notify.topics.send import RecipientLifecycle, TopicPush
 
 log = logging.getLogger("bothy.wiring")
 
@@ -598,33 +600,31 @@ class Daemon:
             publisher=publisher,
             catalogue_version=version,
         )
+        # Every kind of push through one handler (push/jobs.py); those to registrations
+        # share one lifecycle (strikes, invalidation, bothy_push_sends_total).
+        registrations = RegistrationLifecycle(
+            providers=providers, config=config.push, metrics=metrics
+        )
+
+        def push(kind: PushKind[Any, Any], lifecycle: Lifecycle[Any] = registrations) -> JobHandler:
+            return PushJobHandler(
+                kind, lifecycle, db=db, providers=providers, clock=clock, metrics=metrics
+            )
+
+        urgency_of = config.notify.urgency_of
         handlers: list[JobHandler] = [
-            PushSendHandler(
-                db=db,
-                providers=providers,
-                clock=clock,
-                config=config.push,
-                metrics=metrics,
-                catalogue_version=version,
-                urgency_of=config.notify.urgency_of,
-                category_of=category_of,
+            push(
+                HintPush(
+                    config=config.push,
+                    metrics=metrics,
+                    catalogue_version=version,
+                    urgency_of=urgency_of,
+                    category_of=category_of,
+                )
             ),
-            PushClearHandler(
-                db=db,
-                providers=providers,
-                clock=clock,
-                config=config.push,
-                metrics=metrics,
-                urgency_of=config.notify.urgency_of,
-            ),
+            push(ReadClearPush(config=config.push, urgency_of=urgency_of)),
             QuietSummaryHandler(db=db, clock=clock, config=config.push, metrics=metrics),
-            PushSummaryHandler(
-                db=db,
-                providers=providers,
-                config=config.push,
-                metrics=metrics,
-                urgency_of=config.notify.urgency_of,
-            ),
+            push(SummaryPush(config=config.push, urgency_of=urgency_of)),
             gateway_send,
             FlushHandler(
                 db=db,
@@ -635,9 +635,7 @@ class Daemon:
                 metrics=metrics,
                 catalogue=catalogue,
             ),
-            TopicPushHandler(
-                db=db, providers=providers, clock=clock, config=config.push, metrics=metrics
-            ),
+            push(TopicPush(config=config.push), RecipientLifecycle(metrics=metrics)),
         ]
         self.housekeeper = Housekeeper(db=db, clock=clock, config=config, metrics=metrics)
         await nursery.start(self._supervised("housekeeper", self.housekeeper.run).run)

@@ -20,6 +20,7 @@ from bothy_notify.config import JobsConfig
 from bothy_notify.housekeeping import Housekeeper
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.results import Result
 from bothy_notify.runner import (
     BatchedEffect,
     Defer,
@@ -134,13 +135,13 @@ async def test_a_runner_that_lost_its_lease_cannot_touch_a_job_another_runner_cl
     registration = register(database_url)
     effect = mark_dead_effect(registration)
     results: dict[str, JobResult] = {
-        "done": Done("dead", effect),
+        "done": Done(Result.DEAD, effect),
         "retry": Retry(timedelta(seconds=5), "transient", effect),
         "fail": Fail("broken", effect),
         "defer": Defer(timedelta(seconds=5), "busy"),
     }
     stale_result = results[stale]
-    first, second = Gated(stale_result), Gated(Done("delivered"))
+    first, second = Gated(stale_result), Gated(Done(Result.DELIVERED))
     first_metrics = Metrics()
     await db.run(lambda c: queue.insert(c, [JobSpec(KIND, {"n": 1}, clock.now(), 5)], clock.now()))
     async with trio.open_nursery() as nursery:
@@ -229,8 +230,8 @@ async def test_only_the_effects_of_results_whose_fence_held_are_applied(
         lambda c: c.execute("UPDATE bothy.jobs SET claim = claim + 1 WHERE id = %s", (lost.id,))
     )
     batch: list[tuple[Job, JobResult]] = [
-        (lost, Done("dead", BatchedEffect(_mark_dead_many, first))),
-        (held, Done("dead", BatchedEffect(_mark_dead_many, second))),
+        (lost, Done(Result.DEAD, BatchedEffect(_mark_dead_many, first))),
+        (held, Done(Result.DEAD, BatchedEffect(_mark_dead_many, second))),
     ]
     applied = await db.run(lambda c: _apply_results(c, batch=batch, now=clock.now()))
     assert applied == {held.fence}
@@ -272,7 +273,7 @@ async def test_an_effect_that_raises_fails_its_job_and_the_runner_goes_on(
         async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
             for job in jobs:
                 effect = broken if job.args["n"] == 1 else mark_dead_effect(registration)
-                await report(job, Done("dead", effect))
+                await report(job, Done(Result.DEAD, effect))
 
     specs = [JobSpec(KIND, {"n": n}, clock.now(), 5) for n in (1, 2)]
     await db.run(lambda c: queue.insert(c, specs, clock.now()))

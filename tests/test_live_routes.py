@@ -11,6 +11,7 @@ import trio
 
 from bothy_notify.kernel.clock import from_unix_micros
 from bothy_notify.kernel.presence import PresenceEntry
+from bothy_notify.kernel.results import Result
 from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler
 from bothy_notify.runner import Done, JobResult
 from bothy_notify.store import jobs as queue
@@ -140,7 +141,7 @@ async def test_access_removed_before_the_gateway_job_runs_publishes_nothing(
         results.append(result)
 
     await handler.run_batch(jobs, report)
-    assert results == [Done("skipped_no_access")]
+    assert results == [Done(Result.SKIPPED_NO_ACCESS)]
     assert gateway.publisher.events == []
     assert node.skipped("no_access") == 1
 

@@ -14,6 +14,7 @@ from bothy_notify.config import Config, JobsConfig
 from bothy_notify.housekeeping import sweep
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.results import Result
 from bothy_notify.runner import (
     BatchedEffect,
     Defer,
@@ -324,7 +325,7 @@ def test_results_of_one_kind_without_effects_are_recorded_in_one_statement() -> 
     )
     effect = BatchedEffect(apply=lambda conn, items, now: None, item=1)
     later = timedelta(seconds=1)
-    assert records_in_one_statement([(job, Done("published")), (job, Done())])
+    assert records_in_one_statement([(job, Done(Result.PUBLISHED)), (job, Done())])
     assert records_in_one_statement([(job, Defer(later, "busy"))])
     assert not records_in_one_statement([(job, Done()), (job, Fail("x"))])
     assert not records_in_one_statement([(job, Done(effect=effect))])

@@ -10,6 +10,7 @@ import trio
 from bothy_notify.config import JobsConfig
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.results import Result
 from bothy_notify.runner import Done, JobRunner, Report
 from bothy_notify.store.db import Database
 from bothy_notify.store.jobs import ClaimHere, Job, JobSpec, JobWriter
@@ -28,7 +29,7 @@ class Seen:
     async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
         for job in jobs:
             self.ran.append((self.name, job.id, job.claim))
-            await report(job, Done("done"))
+            await report(job, Done(Result.DONE))
 
 
 def new_runner(db: Database, url: str, clock: FakeClock, handler: Seen) -> JobRunner:

@@ -36,19 +36,12 @@ from prometheus_client import (
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from bothy_notify.kernel.results import SkipReason
+
 # The *_created series double every counter's output and no dashboard reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
-SKIP_REASONS = (
-    "no_access",
-    "preference",
-    "read",
-    "active_in_thread",
-    "no_registration",
-    "expired",
-    "node_gone",
-    "no_connection",
-)
+SKIP_REASONS = tuple(reason.value for reason in SkipReason)
 """Why a hint or a send stopped; the values of ``bothy_push_skipped_total{reason}``."""
 
 REGISTRATION_ACTIONS = ("registered", "restored", "invalidated", "expired", "deleted")
@@ -340,8 +333,8 @@ class Metrics:
         for action in ("added", "removed"):
             self.topic_subscriptions.labels(action)
 
-    def skip(self, reason: str, amount: int = 1) -> None:
-        """Count ``amount`` skips with ``reason`` (one of :data:`SKIP_REASONS`)."""
+    def skip(self, reason: SkipReason, amount: int = 1) -> None:
+        """Count ``amount`` skips with ``reason``."""
         if amount:
             self.push_skipped.labels(reason).inc(amount)
 

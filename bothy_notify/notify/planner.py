@@ -30,6 +30,7 @@ from typing import Any
 from bothy_notify.config import BUILTIN_CATEGORIES, Config, Level
 from bothy_notify.kernel.clock import to_unix_micros
 from bothy_notify.kernel.presence import PresenceEntry
+from bothy_notify.kernel.results import SkipReason
 from bothy_notify.notify import facts
 from bothy_notify.notify.catalogue import CatalogueSource
 from bothy_notify.notify.domain import (
@@ -94,7 +95,7 @@ class RoundOutcome:
     """What a round decided, applied to metrics only after its commit."""
 
     jobs: int = 0
-    skips: Counter[str] = field(default_factory=Counter)
+    skips: Counter[SkipReason] = field(default_factory=Counter)
     hints: Counter[str] = field(default_factory=Counter)
     folded: int = 0
     deduplicated: int = 0
@@ -177,7 +178,7 @@ class Decider:
                     log.warning(
                         "hint category is not configured; skipped", extra={"kind": hint.kind}
                     )
-                    self.outcome.skips["preference"] += len(recipients)
+                    self.outcome.skips[SkipReason.PREFERENCE] += len(recipients)
                     continue
                 jobs = HintJobs(
                     hint,
@@ -293,7 +294,7 @@ class Decider:
                     )
                 )
         elif isinstance(decision, Skip):
-            out.skips[decision.reason.value] += 1
+            out.skips[decision.reason] += 1
         elif isinstance(decision, Fold):
             out.folded += 1
             windows[key] = changed[key] = decision.window
@@ -399,7 +400,7 @@ class RoundPlanner:
                         "app hint category is not in notify.categories; skipped",
                         extra={"kind": request.hint.kind},
                     )
-                    self.outcome.skips["preference"] += len(request.recipients)
+                    self.outcome.skips[SkipReason.PREFERENCE] += len(request.recipients)
                     return
                 request = self._first_time_only(request)
         if request is not None and request.recipients:

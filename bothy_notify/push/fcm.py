@@ -1,4 +1,4 @@
-"""The FCM HTTP v1 provider, authenticated as a service account through google-auth.
+"""The FCM HTTP v1 provider, authenticated as a service account (OAuth2 JWT bearer).
 
 Requests: ``POST {endpoint}/v1/projects/{project_id}/messages:send`` with a
 cached OAuth2 access token, a data-only message whose every value is a string
@@ -24,8 +24,31 @@ Answers become outcomes here and nowhere else, in this order (SPEC section 10):
 No answer at all (timeout, connection, DNS, TLS or protocol error) is
 transient, 10 s minimum, and ``ours``, like a failing token endpoint: they
 never count as a strike. Sends share one HTTP/2 connection
-(:class:`~.http2.Http2Client`: libcurl in one thread); the token endpoint is
-called through google-auth in a worker thread.
+(:class:`~.http2.Http2Client`: libcurl driven by Trio).
+
+Access tokens (:class:`ServiceAccountTokens`): RFC 7523's JWT bearer grant, the
+grant google-auth makes for a service account. An assertion signed RS256 with
+the account's key (``iss`` its e-mail, ``scope`` firebase.messaging, ``aud``
+Google's token endpoint, an hour's lifetime from the host's wall clock, which is
+what the endpoint checks it against) is POSTed as a form to the account's
+``token_uri`` through the same client as the sends, bounded by
+:data:`~.transport.REQUEST_BOUND`. The answer becomes a token or an error here
+(:func:`token_from_answer`), and the error never holds the answer, the
+assertion or the key:
+
+=============================================  =================================
+the answer                                     becomes
+=============================================  =================================
+2xx with an ``access_token``                   the token, cached until 5 min
+                                               before ``expires_in`` (an hour
+                                               without one)
+no answer; 408, 429 or 5xx; an OAuth2          :class:`TokenUnavailable`: the
+``error`` ``temporarily_unavailable``,         send is transient
+``server_error`` or ``internal_failure``; a    (``token_unavailable``)
+2xx without a token or that is not JSON
+any other status (``invalid_grant``...)        :class:`TokenRefused`: the send
+                                               is rejected (``token_refused``)
+=============================================  =================================
 
 A longer ``Retry-After`` is honoured up to 300 s. A 401 means the access token
 was refused: it is dropped, a new one fetched and the message resent once
@@ -45,17 +68,18 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
+import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
+from urllib.parse import urlencode
 
-import google.auth.exceptions
+import jwt
 import orjson
-import requests
 import trio
-from google.auth.transport.requests import Request as GoogleRequest
-from google.oauth2 import service_account
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bothy_notify.config import ConfigError, FcmSettings
 from bothy_notify.kernel.clock import Clock
@@ -65,6 +89,7 @@ from bothy_notify.push.transport import (
     REQUEST_BOUND,
     LogThrottle,
     NoAnswer,
+    ProviderAnswer,
     check_https_url,
     parse_retry_after,
     retry_delay,
@@ -82,6 +107,19 @@ TRANSIENT_MINIMUM = timedelta(seconds=10)
 """Earliest retry after any other transient FCM failure."""
 REFRESH_MARGIN = timedelta(minutes=5)
 """An access token is replaced this long before it expires."""
+ASSERTION_AUDIENCE = "https://oauth2.googleapis.com/token"
+"""The ``aud`` of the grant's assertion: Google's token endpoint, whatever the
+account's ``token_uri`` (as google-auth has it)."""
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+"""RFC 7523's grant type."""
+ASSERTION_LIFETIME = 3600
+"""Seconds an assertion is valid (Google's most)."""
+DEFAULT_TOKEN_LIFETIME = timedelta(hours=1)
+"""An access token's lifetime when the endpoint does not say (``expires_in``)."""
+_UNAVAILABLE_STATUSES = frozenset({408, 429})
+"""Statuses below 500 that say "try again later", not "refused"."""
+_UNAVAILABLE_ERRORS = frozenset({"temporarily_unavailable", "server_error", "internal_failure"})
+"""OAuth2 ``error`` codes of a token endpoint that failed rather than refused."""
 
 _FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 _QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
@@ -107,8 +145,7 @@ class AccessTokens(Protocol):
         """A valid access token, fetched when none is cached or it nears expiry.
 
         Raises :class:`TokenUnavailable` or :class:`TokenRefused`. The caller
-        bounds the wait; cancellation abandons the fetch (it finishes in its
-        worker thread and is discarded).
+        bounds the wait; cancellation abandons the fetch (its request is reset).
         """
         ...
 
@@ -144,9 +181,11 @@ class StaticAccessTokens:
 
 @dataclass(frozen=True, slots=True)
 class ServiceAccount:
-    """A parsed service-account JSON. The repr shows no key and no e-mail."""
+    """A parsed service-account JSON and its private key. The repr shows no key and
+    no e-mail."""
 
     info: dict[str, Any]
+    key: rsa.RSAPrivateKey
 
     @property
     def project_id(self) -> str:
@@ -155,6 +194,16 @@ class ServiceAccount:
     @property
     def token_uri(self) -> str:
         return str(self.info["token_uri"])
+
+    @property
+    def client_email(self) -> str:
+        return str(self.info["client_email"])
+
+    @property
+    def key_id(self) -> str | None:
+        """The key's id (``private_key_id``), sent as the assertion's ``kid``."""
+        found = self.info.get("private_key_id")
+        return found if isinstance(found, str) and found else None
 
     def __repr__(self) -> str:
         return "ServiceAccount(***)"
@@ -174,39 +223,77 @@ def load_service_account(text: str, key: str = "push.fcm.service_account") -> Se
             raise ConfigError(f'{key}: the service-account JSON has no "{field}"')
     check_https_url(info["token_uri"], key=f"{key} (token_uri)")
     try:
-        service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
-            info, scopes=[SCOPE]
-        )
-    except (ValueError, TypeError, KeyError):
+        private = serialization.load_pem_private_key(info["private_key"].encode(), password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        private = None
+    if not isinstance(private, rsa.RSAPrivateKey):
         raise ConfigError(f"{key}: its private_key is not a usable RSA key") from None
-    return ServiceAccount(info)
+    return ServiceAccount(info, private)
 
 
-class GoogleAccessTokens:
-    """Access tokens from a service account via google-auth, cached until near expiry.
+def token_from_answer(answer: ProviderAnswer | NoAnswer) -> tuple[str, timedelta]:
+    """The access token and its lifetime from the token endpoint's answer; pure.
 
-    The refresh is a blocking HTTP call; it runs in a worker thread, one at a
-    time, bounded by :data:`~.transport.REQUEST_BOUND` inside the thread too.
-    ``ca_file`` is trusted for the token endpoint.
+    Raises :class:`TokenUnavailable` or :class:`TokenRefused` (see the module
+    docstring); their messages are constant: nothing of the answer is kept.
+    """
+    if isinstance(answer, NoAnswer):
+        raise TokenUnavailable("the token endpoint could not be reached")
+    try:
+        body = json.loads(answer.body) if answer.body else None
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    fields = body if isinstance(body, dict) else {}
+    if 200 <= answer.status <= 299:
+        token = fields.get("access_token")
+        if not isinstance(token, str) or not token:
+            raise TokenUnavailable("the token endpoint gave no token")
+        lifetime = fields.get("expires_in")
+        if isinstance(lifetime, int | float) and not isinstance(lifetime, bool) and lifetime > 0:
+            return token, timedelta(seconds=lifetime)
+        return token, DEFAULT_TOKEN_LIFETIME
+    if (
+        answer.status >= 500
+        or answer.status in _UNAVAILABLE_STATUSES
+        or fields.get("error") in _UNAVAILABLE_ERRORS
+    ):
+        raise TokenUnavailable("the token endpoint failed")
+    raise TokenRefused("the token endpoint refused the service account")
+
+
+class ServiceAccountTokens:
+    """Access tokens of a service account (RFC 7523's JWT bearer grant), cached until
+    near expiry; see the module docstring.
+
+    Args:
+        account: the service account.
+        clock: the injected clock (when a cached token expires).
+        client: the HTTP/2 client the token endpoint is asked through (the
+            provider's own: its CA bundle is ``push.fcm.ca_file``).
+        request_bound: seconds the token request may take.
+
+    One fetch at a time; callers waiting meanwhile get its token.
     """
 
-    def __init__(self, account: ServiceAccount, *, clock: Clock, ca_file: str = "") -> None:
-        self._credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
-            account.info, scopes=[SCOPE]
-        )
-        self._verify: str | bool = ca_file or True
+    def __init__(
+        self,
+        account: ServiceAccount,
+        *,
+        clock: Clock,
+        client: Http2Client,
+        request_bound: float = REQUEST_BOUND,
+    ) -> None:
+        self._account = account
         self._clock = clock
+        self._client = client
+        self._bound = request_bound
         self._lock = trio.Lock()
-        # One refresh thread at a time: a refresh abandoned by a cancelled caller may
-        # still be running; the lock guards the credentials object either way.
-        self._thread_limiter = trio.CapacityLimiter(1)
-        self._thread_lock = threading.Lock()
         self._token: str | None = None
         self._expires_at: datetime | None = None
         self.fetched = 0
 
     def __repr__(self) -> str:
-        return f"GoogleAccessTokens(fetched={self.fetched})"
+        return f"ServiceAccountTokens(fetched={self.fetched})"
 
     def _fresh(self) -> str | None:
         if self._token is None or self._expires_at is None:
@@ -223,13 +310,32 @@ class GoogleAccessTokens:
             cached = self._fresh()
             if cached is not None:
                 return cached
-            token, lifetime = await trio.to_thread.run_sync(
-                self._refresh_blocking, limiter=self._thread_limiter, abandon_on_cancel=True
+            answer = await self._client.request(
+                self._account.token_uri,
+                ["content-type: application/x-www-form-urlencoded", "accept: application/json"],
+                urlencode({"grant_type": JWT_BEARER, "assertion": self.assertion()}).encode(),
+                bound=self._bound,
             )
+            token, lifetime = token_from_answer(answer)
             self._token = token
             self._expires_at = self._clock.now() + lifetime
             self.fetched += 1
             return token
+
+    def assertion(self) -> str:
+        """A signed assertion of the grant (RS256), issued now by the host's wall clock:
+        the token endpoint checks ``iat`` and ``exp`` against its own."""
+        account = self._account
+        issued = int(time.time())
+        claims = {
+            "iss": account.client_email,
+            "scope": SCOPE,
+            "aud": ASSERTION_AUDIENCE,
+            "iat": issued,
+            "exp": issued + ASSERTION_LIFETIME,
+        }
+        headers = {"kid": account.key_id} if account.key_id is not None else None
+        return jwt.encode(claims, account.key, algorithm="RS256", headers=headers)
 
     def invalidate(self, token: str) -> None:
         if token == self._token:
@@ -238,39 +344,6 @@ class GoogleAccessTokens:
 
     def peek(self) -> str | None:
         return self._fresh()
-
-    def _refresh_blocking(self) -> tuple[str, timedelta]:
-        # A session per refresh: the next one is an hour away, so no connection is kept.
-        with requests.Session() as session:
-            session.trust_env = False
-            session.verify = self._verify
-            return self._refresh_with(GoogleRequest(session))
-
-    def _refresh_with(self, inner: Any) -> tuple[str, timedelta]:
-        def bounded(
-            url: str, method: str = "GET", body: Any = None, headers: Any = None, **kw: Any
-        ) -> Any:
-            kw["timeout"] = REQUEST_BOUND
-            return inner(url, method=method, body=body, headers=headers, **kw)
-
-        with self._thread_lock:
-            try:
-                self._credentials.refresh(bounded)
-            except google.auth.exceptions.RefreshError as exc:
-                if getattr(exc, "retryable", False):
-                    raise TokenUnavailable("the token endpoint failed") from None
-                raise TokenRefused("the token endpoint refused the service account") from None
-            except (google.auth.exceptions.TransportError, requests.RequestException, OSError):
-                raise TokenUnavailable("the token endpoint could not be reached") from None
-            token = self._credentials.token
-            expiry = self._credentials.expiry
-        if not isinstance(token, str) or not token:
-            raise TokenUnavailable("the token endpoint gave no token")
-        lifetime = timedelta(hours=1)
-        if isinstance(expiry, datetime):
-            # google-auth states expiry as naive UTC from its own reading of the wall clock.
-            lifetime = expiry.replace(tzinfo=UTC) - datetime.now(UTC)
-        return token, max(lifetime, timedelta(0))
 
 
 def _details(body: bytes) -> tuple[str, list[str], bool]:
@@ -353,13 +426,16 @@ def prepare(settings: FcmSettings, key: str) -> FcmSetup:
 
 
 def build(setup: FcmSetup, clock: Clock) -> FcmProvider:
-    """The provider of one checked app: its own access tokens and connection."""
+    """The provider of one checked app: its own connections and access tokens, the
+    token endpoint asked through the same client as the sends."""
+    client = Http2Client(ca_file=setup.settings.ca_file, name="fcm")
     return FcmProvider(
         project_id=setup.account.project_id,
-        tokens=GoogleAccessTokens(setup.account, clock=clock, ca_file=setup.settings.ca_file),
+        tokens=ServiceAccountTokens(setup.account, clock=clock, client=client),
         clock=clock,
         endpoint=setup.endpoint,
         ca_file=setup.settings.ca_file,
+        client=client,
     )
 
 
@@ -373,6 +449,8 @@ class FcmProvider:
         endpoint: the FCM base URL.
         ca_file: CA bundle for the endpoint (empty: the system's CAs).
         request_bound: seconds a token fetch, and separately a send, may take.
+        client: the HTTP/2 client to send through (one of its own when not given);
+            closed with the provider.
     """
 
     name = "fcm"
@@ -388,6 +466,7 @@ class FcmProvider:
         endpoint: str = FCM_ENDPOINT,
         ca_file: str = "",
         request_bound: float = REQUEST_BOUND,
+        client: Http2Client | None = None,
     ) -> None:
         self._url = f"{endpoint.rstrip('/')}/v1/projects/{project_id}/messages:send"
         self._project_id = project_id
@@ -395,7 +474,7 @@ class FcmProvider:
         self._clock = clock
         self._bound = request_bound
         ssl_context(ca_file, key="push.fcm.ca_file")  # a bad CA file fails here, naming the key
-        self._client = Http2Client(ca_file=ca_file, name="fcm")
+        self._client = client or Http2Client(ca_file=ca_file, name="fcm")
         self._throttle = LogThrottle()
 
     @classmethod
@@ -430,7 +509,7 @@ class FcmProvider:
     async def send(self, target: Target, message: Message) -> Outcome:
         """Send one push; never raises for an FCM, token or network problem.
 
-        Cancellation abandons the request (and a token fetch in its thread).
+        Cancellation abandons the request (and a token fetch).
         """
         content = orjson.dumps(self.message(target, message))
         token = await self._token()
@@ -500,7 +579,7 @@ class FcmProvider:
             )
 
     async def aclose(self) -> None:
-        """Close the connections (and stop the client's thread)."""
+        """Close the connections (the token endpoint's with them)."""
         await self._client.aclose()
 
 

@@ -22,14 +22,15 @@ import httpx
 import trio
 
 from bothy_notify.push.resolver import IPAddress
-from bothy_notify.push.streams import CancelSafeStream
+from bothy_notify.push.streams import CancelSafeBackend
 
 _MAX_PROXY_ANSWER = 16_384
 """Longest CONNECT answer head read from a proxy."""
 
 
-class PinnedBackend(httpcore.AsyncNetworkBackend):
-    """Connect every request to ``address`` (directly, or through ``proxy`` with CONNECT)."""
+class PinnedBackend(CancelSafeBackend):
+    """Connect every request to ``address`` (directly, or through ``proxy`` with CONNECT),
+    over cancel-safe streams."""
 
     def __init__(
         self,
@@ -38,13 +39,10 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
         proxy: httpx.URL | None = None,
         proxy_ssl: ssl.SSLContext | None = None,
     ) -> None:
+        super().__init__()
         self._address = address
         self._proxy = proxy
         self._proxy_ssl = proxy_ssl
-        self._inner = httpcore.TrioBackend()
-
-    def __repr__(self) -> str:
-        return "PinnedBackend()"
 
     async def connect_tcp(
         self,
@@ -55,17 +53,13 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         if self._proxy is None:
-            return CancelSafeStream(
-                await self._inner.connect_tcp(
-                    str(self._address), port, timeout, local_address, socket_options
-                )
+            return await super().connect_tcp(
+                str(self._address), port, timeout, local_address, socket_options
             )
         proxy = self._proxy
         proxy_port = proxy.port or (443 if proxy.scheme == "https" else 80)
-        stream: httpcore.AsyncNetworkStream = CancelSafeStream(
-            await self._inner.connect_tcp(
-                proxy.host, proxy_port, timeout, local_address, socket_options
-            )
+        stream = await super().connect_tcp(
+            proxy.host, proxy_port, timeout, local_address, socket_options
         )
         try:
             if proxy.scheme == "https":
@@ -99,14 +93,3 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
         status_line = head.split(b"\r\n", 1)[0].split()
         if len(status_line) < 2 or not status_line[1].startswith(b"2"):
             raise httpcore.ProxyError("the proxy refused the CONNECT")
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("webhooks never use Unix sockets")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)

@@ -1,4 +1,5 @@
-"""Network streams for httpx connections that stay sound when a send is cancelled.
+"""Network streams and backend for httpx connections that stay sound when a send is
+cancelled.
 
 Every provider send is bounded by a cancel scope (SPEC section 10: 10 s). The
 webhook provider sends through httpx (``push/pinned.py`` wraps its connections
@@ -18,11 +19,15 @@ caller is cancelled (bounded by :data:`WRITE_BOUND`; past that the stream is
 closed, which httpcore sees as a broken connection), and closes the socket of
 a handshake that is cancelled. Cancellation then only lands where httpcore can
 take it: waiting for a lock, a stream slot or the answer.
+:class:`CancelSafeBackend` is httpcore's Trio backend with every connection so
+wrapped: the webhook provider's pinned backend (``push/pinned.py``) is one, and
+``bench/http2_clients.py`` measures httpx over it.
 """
 
 from __future__ import annotations
 
 import ssl
+from collections.abc import Iterable
 from typing import Any
 
 import httpcore
@@ -74,3 +79,37 @@ class CancelSafeStream(httpcore.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
+
+
+class CancelSafeBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's Trio backend whose TCP connections are each a :class:`CancelSafeStream`
+    (so their TLS streams are too); no Unix sockets."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore.TrioBackend()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface; we bound by scope
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return CancelSafeStream(
+            await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        )
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("no Unix sockets here")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)

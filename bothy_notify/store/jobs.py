@@ -477,6 +477,24 @@ async def complete_direct(db: Database, fences: Sequence[Fence], now: datetime) 
     return _held([(r[0], r[1]) for r in rows])
 
 
+def finished_at(conn: Conn, fences: Sequence[Fence], at: datetime) -> set[Fence]:
+    """Of ``fences``, the jobs that this claim finished (completed or failed) at
+    ``at``: a recording whose connection broke may have committed before it did,
+    and its retry, with the same ``at``, tells its own commit from another's (a
+    rescue at a lease's end finishes at the housekeeper's time, a new claim has
+    another number)."""
+    if not fences:
+        return set()
+    return _held(
+        conn.execute(
+            "SELECT j.id, j.claim FROM bothy.jobs j"
+            " JOIN unnest(%s::bigint[], %s::bigint[]) AS f(i, c) ON j.id = f.i AND j.claim = f.c"
+            " WHERE j.state IN ('completed', 'failed') AND j.finished_at = %s",
+            ([f[0] for f in fences], [f[1] for f in fences], at),
+        ).fetchall()
+    )
+
+
 def fail(conn: Conn, failures: Sequence[tuple[Fence, str]], now: datetime) -> set[Fence]:
     """Give claimed jobs up with their error; return the fences that held."""
     if not failures:

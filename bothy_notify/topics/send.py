@@ -1,10 +1,11 @@
 """``topics.push_send``: one content-free topic push to one recipient, and what its
 answer does to the recipient (the recipient lifecycle of topic mode).
 
-Per claimed batch, one transaction reads the recipients still there and each
-job's previous error; then every send goes through the
-:class:`~bothy_notify.push.registry.Providers` port, outside any transaction,
-with a :class:`~bothy_notify.push.port.TopicMessage`.
+A :class:`~bothy_notify.push.jobs.PushKind` (:class:`TopicPush`) run by the one
+push handler, with its own :class:`RecipientLifecycle`. Per claimed batch, one
+database call reads the recipients still there and each job's previous error;
+then every send goes through the :class:`~bothy_notify.push.registry.Providers`
+port, outside any transaction, with a :class:`~bothy_notify.push.port.TopicMessage`.
 
 Outcomes (recipients are not registrations: nothing is written per delivery,
 and a dead one is deleted, not invalidated):
@@ -25,38 +26,30 @@ A webhook answering 404 or 410 is dead only when every attempt answered so:
 the job's previous error carries the streak across attempts. Before sending,
 a job older than ``push.max_age`` (from the round's decision) is dropped as
 ``skipped_expired``, and a job whose recipient is gone as
-``skipped_no_recipient``.
+``skipped_no_recipient`` (neither counted in ``bothy_push_skipped_total``, which
+is person mode's). Every answer counts ``bothy_topic_deliveries_total`` (a
+transient one only once its attempts are spent, as ``failed``) and, unless
+transient, ``bothy_delivery_seconds{route="topic"}``.
 """
 
 from __future__ import annotations
 
-import logging
-import random
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-import trio
-
 from bothy_notify.config import PushConfig
-from bothy_notify.kernel.clock import Clock, from_unix_micros
-from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.clock import from_unix_micros
+from bothy_notify.kernel.metrics import Children, Metrics
+from bothy_notify.kernel.results import Result, SkipReason
+from bothy_notify.push.jobs import PushKind
 from bothy_notify.push.port import Outcome, OutcomeKind, Target, TopicMessage
-from bothy_notify.push.registry import Providers
-from bothy_notify.runner import Defer, Done, Fail, JobResult, Report, retry_or_fail
+from bothy_notify.runner import Done, Effect
 from bothy_notify.store import topics as store
-from bothy_notify.store.db import Conn, Database
+from bothy_notify.store.db import Conn
 from bothy_notify.store.jobs import Job
 from bothy_notify.topics.model import b64
-
-log = logging.getLogger("bothy.topics.send")
-
-PERMIT_WAIT = timedelta(seconds=1)
-"""How long a send waits for a permit of its channel before the job goes back to the
-queue uncounted (the same rule as ``notify.push_send``)."""
-_RANDOM = random.Random()  # noqa: S311 - spreading deferred jobs, not cryptography
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,122 +92,93 @@ class TopicSendArgs:
 
 
 @dataclass(frozen=True, slots=True)
-class _Plan:
+class TopicSend:
+    """A topic push planned: its args, its recipient, and where the push goes."""
+
     args: TopicSendArgs
     recipient: store.Recipient
-    previous_error: str | None
+    target: Target
 
 
-class TopicPushHandler:
-    """Runs ``topics.push_send`` jobs."""
+class TopicPush(PushKind[TopicSendArgs, TopicSend]):
+    """``topics.push_send``: the recipient still there and the age checked, one
+    :class:`~bothy_notify.push.port.TopicMessage`."""
 
     kind = store.TOPIC_PUSH_SEND
+    plan_writes = False
 
-    def __init__(
-        self,
-        *,
-        db: Database,
-        providers: Providers,
-        clock: Clock,
-        config: PushConfig,
-        metrics: Metrics,
-    ) -> None:
-        self._db = db
-        self._providers = providers
-        self._clock = clock
+    def __init__(self, *, config: PushConfig) -> None:
         self._config = config
+
+    def parse(self, args: Mapping[str, Any]) -> TopicSendArgs | None:
+        return TopicSendArgs.from_args(args)
+
+    def plan(
+        self, conn: Conn, claimed: Sequence[tuple[Job, TopicSendArgs]], now: datetime
+    ) -> dict[int, TopicSend | SkipReason | Done]:
+        recipients = store.load_recipients(conn, {a.recipient_id for _job, a in claimed})
+        errors = store.previous_errors(conn, [job.id for job, _a in claimed])
+        plans: dict[int, TopicSend | SkipReason | Done] = {}
+        for job, a in claimed:
+            recipient = recipients.get(a.recipient_id)
+            if recipient is None:
+                plans[job.id] = Done(Result.SKIPPED_NO_RECIPIENT)
+            elif now - from_unix_micros(a.due_at) > self._config.max_age:
+                plans[job.id] = Done(Result.SKIPPED_EXPIRED)
+            else:
+                plans[job.id] = TopicSend(a, recipient, _target(job, recipient, errors.get(job.id)))
+        return plans
+
+    def message(self, plan: TopicSend) -> TopicMessage:
+        return TopicMessage(plan.args.topic, plan.args.seq, plan.args.recipient_id)
+
+    def route(self, plan: TopicSend) -> tuple[str, int]:
+        return ("topic", plan.args.appended_at)
+
+
+def _target(job: Job, recipient: store.Recipient, previous: str | None) -> Target:
+    config = recipient.config
+    return Target(
+        registration_id=recipient.recipient_id.hex(),
+        user_id="",
+        provider=config.channel,
+        token=config.delivery,
+        platform="",
+        environment=config.environment,
+        signing_key=None if config.signing_key is None else b64(config.signing_key),
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        # The previous attempt's answer: the webhook's "every attempt 404/410" streak.
+        last_error=previous,
+        failure_count=1 if previous else 0,
+    )
+
+
+class RecipientLifecycle:
+    """The :class:`~bothy_notify.push.jobs.Lifecycle` of topic recipients (see the
+    module docstring): a dead recipient deleted while its delivery config is the
+    one the send used, every answer counted by channel."""
+
+    def __init__(self, *, metrics: Metrics) -> None:
         self._metrics = metrics
+        self._deliveries = Children(metrics.topic_deliveries)
 
     def __repr__(self) -> str:
-        return "TopicPushHandler()"
+        return "RecipientLifecycle()"
 
-    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
-        now = self._clock.now()
-        parsed = {job.id: TopicSendArgs.from_args(job.args) for job in jobs}
-        wanted = {a.recipient_id for a in parsed.values() if a is not None}
-        ids = [job.id for job in jobs]
-
-        def facts(conn: Conn) -> tuple[dict[bytes, store.Recipient], dict[int, str | None]]:
-            return store.load_recipients(conn, wanted), store.previous_errors(conn, ids)
-
-        recipients, errors = await self._db.run(facts)
-        async with trio.open_nursery() as nursery:
-            for job in jobs:
-                args = parsed[job.id]
-                if args is None:
-                    log.error("a topics.push_send job has malformed args; dropped")
-                    await report(job, Fail("malformed_args"))
-                    continue
-                recipient = recipients.get(args.recipient_id)
-                if recipient is None:
-                    await report(job, Done("skipped_no_recipient"))
-                elif self._too_old(args, now):
-                    await report(job, Done("skipped_expired"))
-                else:
-                    plan = _Plan(args, recipient, errors.get(job.id))
-                    nursery.start_soon(self._send, job, plan, report)
-
-    def _too_old(self, args: TopicSendArgs, now: datetime) -> bool:
-        return now - from_unix_micros(args.due_at) > self._config.max_age
-
-    async def _send(self, job: Job, plan: _Plan, report: Report) -> None:
+    def answered(self, plan: TopicSend, outcome: Outcome, *, last_attempt: bool) -> Effect | None:
+        kind = outcome.kind
+        if kind is not OutcomeKind.TRANSIENT:
+            self._deliveries(plan.target.provider, kind.value).inc()
+        elif last_attempt:
+            self._deliveries(plan.target.provider, "failed").inc()
+        if kind is not OutcomeKind.DEAD:
+            return None
         config = plan.recipient.config
-        message = TopicMessage(plan.args.topic, plan.args.seq, plan.args.recipient_id)
-        outcome = await self._providers.try_send(
-            self._target(job, plan), message, permit_wait=PERMIT_WAIT.total_seconds()
-        )
-        if outcome is None:
-            await report(job, Defer(PERMIT_WAIT * (1 + _RANDOM.random()), "provider_busy"))
-            return
-        if outcome.kind is not OutcomeKind.TRANSIENT:
-            self._metrics.delivery_seconds.labels("topic").observe(
-                max(0.0, time.time() - plan.args.appended_at / 1_000_000)
-            )
-        result = self.result_for(job, plan.recipient, outcome)
-        label = "failed" if isinstance(result, Fail) else _LABELS.get(outcome.kind)
-        if label is not None:
-            self._metrics.topic_deliveries.labels(config.channel, label).inc()
-        await report(job, result)
+        rid = plan.recipient.recipient_id
 
-    def _target(self, job: Job, plan: _Plan) -> Target:
-        config = plan.recipient.config
-        previous = plan.previous_error
-        return Target(
-            registration_id=plan.args.recipient_id.hex(),
-            user_id="",
-            provider=config.channel,
-            token=config.delivery,
-            platform="",
-            environment=config.environment,
-            signing_key=None if config.signing_key is None else b64(config.signing_key),
-            attempt=job.attempt,
-            max_attempts=job.max_attempts,
-            # The previous attempt's answer: the webhook's "every attempt 404/410" streak.
-            last_error=previous,
-            failure_count=1 if previous else 0,
-        )
+        def delete(conn: Conn, _now: datetime) -> None:
+            if store.delete_if_unchanged(conn, rid, config):
+                self._metrics.topic_recipients.labels("dead").inc()
 
-    def result_for(self, job: Job, recipient: store.Recipient, outcome: Outcome) -> JobResult:
-        """The job result and recipient effect of one answer (see the module docstring)."""
-        if outcome.kind is OutcomeKind.DEAD:
-            config = recipient.config
-            rid = recipient.recipient_id
-
-            def delete(conn: Conn, _now: datetime) -> None:
-                if store.delete_if_unchanged(conn, rid, config):
-                    self._metrics.topic_recipients.labels("dead").inc()
-
-            return Done("dead", delete)
-        if outcome.kind is OutcomeKind.TRANSIENT:
-            return retry_or_fail(job, outcome.reason or "transient", outcome.retry_after)
-        return Done(outcome.kind.value)
-
-
-_LABELS = {
-    OutcomeKind.DELIVERED: "delivered",
-    OutcomeKind.DEAD: "dead",
-    OutcomeKind.MISMATCH: "mismatch",
-    OutcomeKind.REJECTED: "rejected",
-}
-"""Outcome -> ``bothy_topic_deliveries_total{outcome}``; a transient one counts only
-as ``failed`` once its attempts are spent."""
+        return delete

@@ -25,6 +25,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from bothy_notify.kernel.clock import Clock
+from bothy_notify.push.fcm import FcmProvider, ServiceAccountTokens, load_service_account
+from bothy_notify.push.http2 import Http2Client
 from testkit.fakes.asgi import serve_tls
 
 PROJECT = "bothy-test"
@@ -115,6 +118,19 @@ class FakeFcm:
             }
         )
 
+    def provider(self, ca_file: str, clock: Clock) -> FcmProvider:
+        """An FCM provider sending here, its access tokens from this fake's endpoint."""
+        account = load_service_account(self.service_account())
+        client = Http2Client(ca_file=ca_file, name="fcm")
+        return FcmProvider(
+            project_id=account.project_id,
+            tokens=ServiceAccountTokens(account, clock=clock, client=client),
+            clock=clock,
+            endpoint=self.url,
+            ca_file=ca_file,
+            client=client,
+        )
+
     def answer(self, token: str, *answers: FcmAnswer) -> None:
         self.script.setdefault(token, []).extend(answers)
 
@@ -134,6 +150,8 @@ class FakeFcm:
         form = parse_qs((await request.body()).decode())
         if self.token_answers:
             scripted = self.token_answers.pop(0)
+            if isinstance(scripted.body, bytes) or scripted.body is None:
+                return Response(scripted.body or b"", scripted.status)
             return JSONResponse(scripted.body, scripted.status)
         if form.get("grant_type") != ["urn:ietf:params:oauth:grant-type:jwt-bearer"]:
             self.violations.append("token request without the JWT bearer grant")
@@ -145,7 +163,8 @@ class FakeFcm:
                 form["assertion"][0],
                 self._accounts()[project][1].public_key(),
                 algorithms=["RS256"],
-                # google-auth always addresses the assertion to Google's token endpoint.
+                # Addressed to Google's token endpoint whatever the token_uri (google-auth's
+                # convention, kept by push.fcm).
                 audience="https://oauth2.googleapis.com/token",
                 issuer=issuer,
             )

@@ -16,12 +16,7 @@ import trustme
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push import providers as provider_table
 from bothy_notify.push.apns import ApnsCredentials, ApnsProvider
-from bothy_notify.push.fcm import (
-    FcmProvider,
-    GoogleAccessTokens,
-    TokenUnavailable,
-    load_service_account,
-)
+from bothy_notify.push.fcm import FcmProvider, TokenUnavailable
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webhook import WebhookProvider
@@ -226,14 +221,7 @@ async def test_an_apns_host_that_cannot_be_reached_never_counts_a_strike(
 
 
 def fcm(fake: FakeFcm, ca_file: str, clock: FakeClock) -> FcmProvider:
-    account = load_service_account(fake.service_account())
-    return FcmProvider(
-        project_id=account.project_id,
-        tokens=GoogleAccessTokens(account, clock=clock, ca_file=ca_file),
-        clock=clock,
-        endpoint=fake.url,
-        ca_file=ca_file,
-    )
+    return fake.provider(ca_file, clock)
 
 
 @pytest.mark.parametrize(("retry_after", "waits"), [("120", 120), ("900", 300)])

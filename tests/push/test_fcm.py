@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from datetime import timedelta
 
@@ -13,7 +14,14 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bothy_notify.config import ConfigError, structure_config
 from bothy_notify.kernel.clock import FakeClock
-from bothy_notify.push.fcm import FcmProvider, StaticAccessTokens, fcm_outcome
+from bothy_notify.push.fcm import (
+    FcmProvider,
+    StaticAccessTokens,
+    TokenRefused,
+    TokenUnavailable,
+    fcm_outcome,
+    token_from_answer,
+)
 from bothy_notify.push.port import (
     OutcomeKind,
     PushMessage,
@@ -21,7 +29,7 @@ from bothy_notify.push.port import (
     SummaryMessage,
     Target,
 )
-from bothy_notify.push.transport import NoAnswer
+from bothy_notify.push.transport import NoAnswer, ProviderAnswer
 from testkit.fakes.fcm import PROJECT, FakeFcm, FcmAnswer, error_body
 
 TOKEN = "fcm-registration-token-1"
@@ -290,6 +298,71 @@ async def test_a_token_endpoint_that_refuses_the_account_rejects_without_sending
 
     assert (outcome.kind, outcome.reason) == (OutcomeKind.REJECTED, "token_refused")
     assert fake_fcm.requests == []
+
+
+ECHO = "echoed-by-the-endpoint"
+"""A marker the token endpoint's answers carry: no outcome or log may repeat it."""
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (FcmAnswer(500, {"error": "internal", "error_description": ECHO}), "token_unavailable"),
+        (FcmAnswer(503, f"<html>{ECHO}</html>".encode()), "token_unavailable"),
+        (FcmAnswer(429, {"error": "rate_limited", "error_description": ECHO}), "token_unavailable"),
+        (FcmAnswer(400, {"error": "temporarily_unavailable"}), "token_unavailable"),
+        (FcmAnswer(200, f"not json {ECHO}".encode()), "token_unavailable"),
+        (FcmAnswer(200, {"token_type": "Bearer", "note": ECHO}), "token_unavailable"),
+        (
+            FcmAnswer(401, {"error": "unauthorized_client", "error_description": ECHO}),
+            "token_refused",
+        ),
+        (FcmAnswer(403, f"{ECHO}".encode()), "token_refused"),
+    ],
+)
+async def test_a_failed_token_exchange_becomes_its_outcome_and_repeats_nothing_of_it(
+    fake_fcm: FakeFcm,
+    ca_file: str,
+    now_clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+    answer: FcmAnswer,
+    reason: str,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    provider = fcm(fake_fcm, ca_file, now_clock)
+    fake_fcm.token_answers.append(answer)
+    outcome = await provider.send(target(), MESSAGE)
+    await provider.aclose()
+
+    kind = OutcomeKind.REJECTED if reason == "token_refused" else OutcomeKind.TRANSIENT
+    assert (outcome.kind, outcome.reason) == (kind, reason)
+    assert outcome.ours or kind is OutcomeKind.REJECTED  # never a strike on the registration
+    assert fake_fcm.token_fetches == 1 and fake_fcm.requests == []
+    account = json.loads(fake_fcm.service_account())
+    key_line = account["private_key"].splitlines()[1]
+    said = caplog.text + repr(outcome) + str(outcome.reason) + repr(provider.tokens)
+    for secret in (ECHO, key_line, account["client_email"]):
+        assert secret not in said
+
+
+def test_the_token_endpoints_answer_becomes_a_token_or_a_constant_error() -> None:
+    assert token_from_answer(ProviderAnswer(200, (), b'{"access_token":"t","expires_in":60}')) == (
+        "t",
+        timedelta(seconds=60),
+    )
+    assert token_from_answer(ProviderAnswer(200, (), b'{"access_token":"t"}')) == (
+        "t",
+        timedelta(hours=1),
+    )
+    for answer in (NoAnswer("tls_error"), ProviderAnswer(502, (), ECHO.encode())):
+        with pytest.raises(TokenUnavailable) as unavailable:
+            token_from_answer(answer)
+        assert ECHO not in str(unavailable.value) and unavailable.value.__cause__ is None
+    with pytest.raises(TokenRefused) as refused:
+        token_from_answer(
+            ProviderAnswer(400, (), b'{"error":"invalid_grant","x":"%s"}' % ECHO.encode())
+        )
+    assert ECHO not in str(refused.value) and refused.value.__cause__ is None
 
 
 async def test_a_refused_access_token_is_replaced_and_the_message_resent_once(

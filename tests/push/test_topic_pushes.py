@@ -14,7 +14,7 @@ import trustme
 from bothy_notify.config import ApnsStyle
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.push.apns import ApnsCredentials, ApnsProvider
-from bothy_notify.push.fcm import FcmProvider, GoogleAccessTokens, load_service_account
+from bothy_notify.push.fcm import FcmProvider
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.webhook import WebhookProvider
@@ -43,14 +43,7 @@ def apns(fake: FakeApns, key: ApnsKey, ca_file: str, clock: FakeClock, **kw: Any
 
 
 def fcm(fake: FakeFcm, ca_file: str, clock: FakeClock) -> FcmProvider:
-    account = load_service_account(fake.service_account())
-    return FcmProvider(
-        project_id=account.project_id,
-        tokens=GoogleAccessTokens(account, clock=clock, ca_file=ca_file),
-        clock=clock,
-        endpoint=fake.url,
-        ca_file=ca_file,
-    )
+    return fake.provider(ca_file, clock)
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ No IO, no clock reads, no database, no Trio. The rules of SPEC section 6 are
 stated at the top of :mod:`.decide` and every one of them lives there.
 """
 
+from bothy_notify.kernel.results import SkipReason
 from bothy_notify.notify.domain.decide import HintRules, decide, effective_kind, release_delayed
 from bothy_notify.notify.domain.model import (
     DESKTOP_PLATFORMS,
@@ -16,7 +17,6 @@ from bothy_notify.notify.domain.model import (
     RecipientFacts,
     Route,
     Skip,
-    SkipReason,
     Via,
     Window,
 )

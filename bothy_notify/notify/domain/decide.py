@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from bothy_notify.kernel.results import SkipReason
 from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify.domain.model import (
     DESKTOP_PLATFORMS,
@@ -46,7 +47,6 @@ from bothy_notify.notify.domain.model import (
     RecipientFacts,
     Route,
     Skip,
-    SkipReason,
     Via,
     Window,
 )

@@ -13,24 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from bothy_notify.kernel.presence import PresenceEntry
+from bothy_notify.kernel.results import SkipReason
 from bothy_notify.kernel.values import fast_init
 from bothy_notify.vocabulary import Level
 
 DESKTOP_PLATFORMS = frozenset({"macos", "windows"})
 """Platforms whose live, non-idle connection delays pushes to the person's phones."""
-
-
-class SkipReason(enum.StrEnum):
-    """Why no hint (or no send) happened: the values of ``bothy_push_skipped_total``."""
-
-    NO_ACCESS = "no_access"
-    PREFERENCE = "preference"
-    READ = "read"
-    ACTIVE_IN_THREAD = "active_in_thread"
-    NO_REGISTRATION = "no_registration"
-    EXPIRED = "expired"
-    NODE_GONE = "node_gone"
-    NO_CONNECTION = "no_connection"
 
 
 class Via(enum.StrEnum):

@@ -22,6 +22,8 @@ from importlib import resources
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from bothy_notify.kernel.results import Result
+
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 ALWAYS_THROUGH = frozenset({"security"})
 _MAX_CHAIN = 64
@@ -329,10 +331,10 @@ def summary_count(held: Iterable[tuple[str | None, int, int | None]]) -> int:
     return count
 
 
-def summary_decision(count: int) -> str:
+def summary_decision(count: int) -> Result:
     """``sent`` when something held is still unread, else ``nothing_unread`` (the
     label of ``bothy_quiet_summaries_total``): no push at all."""
-    return "sent" if count > 0 else "nothing_unread"
+    return Result.SENT if count > 0 else Result.NOTHING_UNREAD
 
 
 def quiet_to_doc(hours: QuietHours) -> dict[str, Any]:

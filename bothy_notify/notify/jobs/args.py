@@ -54,6 +54,14 @@ class _Args:
                 kwargs[name] = bool(value) if is_bool else value
         return cls(**kwargs)
 
+    @classmethod
+    def parse(cls, args: Mapping[str, Any]) -> Self | None:
+        """:meth:`from_args`, or ``None`` when ``args`` lack a field (malformed)."""
+        try:
+            return cls.from_args(args)
+        except TypeError:
+            return None
+
 
 _FIELDS: dict[type[_Args], tuple[tuple[str, bool], ...]] = {}
 """Each args type's field names and which are booleans (``dataclasses.fields`` once

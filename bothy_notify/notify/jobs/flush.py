@@ -23,6 +23,7 @@ from bothy_notify.config import LiveConfig
 from bothy_notify.kernel.clock import Clock, from_unix_micros
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.results import Result
 from bothy_notify.notify import facts
 from bothy_notify.notify.catalogue import CatalogueSource
 from bothy_notify.notify.domain import Window, flush_hint
@@ -85,7 +86,7 @@ class FlushHandler:
 
     def _flush(
         self, conn: Conn, *, args: FlushArgs, now: datetime, mv: str | None
-    ) -> tuple[RoundOutcome, str]:
+    ) -> tuple[RoundOutcome, Result]:
         outcome = RoundOutcome()
         row = conn.execute(
             "DELETE FROM bothy.hint_windows WHERE user_id = %s AND thread_id = %s"
@@ -94,7 +95,7 @@ class FlushHandler:
             (args.user_id, args.thread_id, from_unix_micros(args.opened_at)),
         ).fetchone()
         if row is None:
-            return outcome, "replaced"
+            return outcome, Result.REPLACED
         window = Window(*row)
         info = facts.threads(conn, [args.thread_id]).get(args.thread_id)
         position = access.read_position(conn, args.user_id, args.thread_id)
@@ -106,7 +107,7 @@ class FlushHandler:
             last_message_seq=info.last_message_seq if info else 0,
         )
         if hint is None:
-            return outcome, "nothing_unread"
+            return outcome, Result.NOTHING_UNREAD
         writer = JobWriter(conn, now)
         decider = Decider(
             conn,
@@ -120,4 +121,4 @@ class FlushHandler:
         )
         decider.decide_group([(hint, [args.user_id], now)], windows_on=False)
         writer.finish()
-        return outcome, "flushed" if outcome.jobs else "skipped"
+        return outcome, Result.FLUSHED if outcome.jobs else Result.SKIPPED

@@ -44,6 +44,7 @@ from bothy_notify.kernel.clock import Clock, from_unix_micros
 from bothy_notify.kernel.ephemeral import EphemeralEvent, EphemeralPublisher
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.kernel.results import Result
 from bothy_notify.notify import facts
 from bothy_notify.notify.domain import SkipReason
 from bothy_notify.notify.jobs.args import GATEWAY_SEND, GatewaySendArgs
@@ -125,23 +126,23 @@ class GatewaySendHandler:
         for job in jobs:
             verdict = checked[job.id]
             if isinstance(verdict, SkipReason):
-                self._metrics.skip(verdict.value)
-                results.append((job, Done(f"skipped_{verdict.value}")))
+                self._metrics.skip(verdict)
+                results.append((job, Done(verdict.result)))
                 continue
             if self._publisher is None:
                 if not self._warned:
                     self._warned = True
                     log.warning("gateway hint on a node without a gateway; skipped")
-                self._metrics.skip(SkipReason.NO_REGISTRATION.value)
-                results.append((job, Done("skipped_no_registration")))
+                self._metrics.skip(SkipReason.NO_REGISTRATION)
+                results.append((job, Done(Result.SKIPPED_NO_REGISTRATION)))
                 continue
             args = GatewaySendArgs.from_args(job.args)
             event = self._event(args, verdict, self._clock.now())
             if await self._publisher.publish(event, access_checked=access_checked):
-                results.append((job, Done("published")))
+                results.append((job, Done(Result.PUBLISHED)))
             else:
-                self._metrics.skip(SkipReason.NO_CONNECTION.value)
-                results.append((job, Done("skipped_no_connection")))
+                self._metrics.skip(SkipReason.NO_CONNECTION)
+                results.append((job, Done(Result.SKIPPED_NO_CONNECTION)))
         for job, result in results:
             await report(job, result)
 

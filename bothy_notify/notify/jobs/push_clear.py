@@ -3,7 +3,8 @@
 Queued by a read that moved the person's position on a thread forward, for each
 of their registrations marked for that thread (:mod:`bothy_notify.store.marks`),
 ``push.clear_delay`` after the read, at most one pending per (registration,
-thread). Checks, in one transaction for the whole claimed batch:
+thread). A :class:`~bothy_notify.push.jobs.PushKind` (:class:`ReadClearPush`);
+its checks, in one transaction for the whole claimed batch:
 
 1. The registration is still active and still the person's: else skip
    ``no_registration``.
@@ -13,46 +14,45 @@ thread). Checks, in one transaction for the whole claimed batch:
    the batch, unless ``push.badge = "off"``): a burst of reads sends the newest.
 
 Then :class:`~bothy_notify.push.port.ReadMessage` ``{"kind":"read","thread_id",
-"seq","badge"}`` (urgency ``low``) through the same send, outcomes, strikes and
-lifecycle as ``notify.push_send`` (:class:`~.push_send.Sending`); a delivery
+"seq","badge"}`` (urgency ``low``) through the one push handler: the same send,
+outcomes, strikes and lifecycle as every push to a registration. A delivery
 removes the mark in the commit of the job's result, unless a newer push marked it
 again meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from bothy_notify.config import BadgeMode, NotifyConfig, PushConfig
-from bothy_notify.kernel.clock import Clock
-from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.config import PushConfig
+from bothy_notify.kernel.results import Result
 from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify.domain import SkipReason
 from bothy_notify.notify.jobs.args import PUSH_CLEAR, PushClearArgs
-from bothy_notify.notify.jobs.push_send import Sending, still_active, target_of
+from bothy_notify.notify.jobs.registration_push import (
+    DEFAULT_NOTIFY,
+    badge_of,
+    badges,
+    still_active,
+    target_of,
+)
+from bothy_notify.push.jobs import PushKind
 from bothy_notify.push.port import ReadMessage, Target
-from bothy_notify.push.registry import Providers
-from bothy_notify.runner import BatchedEffect, Done, Report
+from bothy_notify.runner import BatchedEffect, Done
 from bothy_notify.store import marks
 from bothy_notify.store import registrations as regs
-from bothy_notify.store.db import Conn, Database
+from bothy_notify.store.db import Conn
 from bothy_notify.store.jobs import Job
-from bothy_notify.store.unread import badges_of
-
-UNMARKED = "skipped_unmarked"
-"""The result of a clear whose mark is gone (cleared already, or its registration
-deleted): nothing to clear."""
-
-
-_DEFAULT_NOTIFY = NotifyConfig()
-"""Where a handler built without ``urgency_of`` reads the ``read`` kind's default."""
 
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class _Clear:
+class ClearSend:
+    """A read clear planned: where it goes, the mark it clears, the read position."""
+
     args: PushClearArgs
     target: Target
     marked_at: datetime
@@ -60,91 +60,60 @@ class _Clear:
     badge: int | None = None
 
 
-class PushClearHandler:
-    """Runs ``notify.push_clear`` jobs; ``urgency_of`` gives the ``read`` kind's
-    urgency (``[notify.urgency]``, ``low`` by default)."""
+class ReadClearPush(PushKind[PushClearArgs, ClearSend]):
+    """``notify.push_clear``; ``urgency_of`` gives the ``read`` kind's urgency
+    (``[notify.urgency]``, ``low`` by default)."""
 
     kind = PUSH_CLEAR
+    plan_writes = True  # the mark's pending flag is taken back
 
     def __init__(
-        self,
-        *,
-        db: Database,
-        providers: Providers,
-        clock: Clock,
-        config: PushConfig,
-        metrics: Metrics,
-        urgency_of: Callable[[str], str] = _DEFAULT_NOTIFY.urgency_of,
+        self, *, config: PushConfig, urgency_of: Callable[[str], str] = DEFAULT_NOTIFY.urgency_of
     ) -> None:
-        self._db = db
-        self._urgency = str(urgency_of("read"))
-        self._clock = clock
         self._config = config
-        self._metrics = metrics
-        self.sending = Sending(providers=providers, config=config, metrics=metrics)
+        self._urgency = str(urgency_of("read"))
 
-    def __repr__(self) -> str:
-        return "PushClearHandler()"
+    def parse(self, args: Mapping[str, Any]) -> PushClearArgs | None:
+        return PushClearArgs.parse(args)
 
-    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
-        parsed = {job.id: PushClearArgs.from_args(job.args) for job in jobs}
-        attempts = {job.id: (job.attempt, job.max_attempts) for job in jobs}
-        plans = await self._db.run(lambda c: self._check(c, parsed, attempts))
-        await self.sending.run_plans(jobs, plans, report, self._send)
-
-    def _check(
-        self,
-        conn: Conn,
-        parsed: dict[int, PushClearArgs],
-        attempts: dict[int, tuple[int, int]],
-    ) -> dict[int, _Clear | SkipReason | Done]:
-        loaded = regs.load(conn, {a.registration_id for a in parsed.values()})
-        marked = marks.take_pending(
-            conn, {(a.registration_id, a.thread_id) for a in parsed.values()}
-        )
-        positions = marks.read_positions(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
-        plans: dict[int, _Clear | SkipReason | Done] = {}
-        for job_id, a in parsed.items():
+    def plan(
+        self, conn: Conn, claimed: Sequence[tuple[Job, PushClearArgs]], now: datetime
+    ) -> dict[int, ClearSend | SkipReason | Done]:
+        loaded = regs.load(conn, {a.registration_id for _job, a in claimed})
+        marked = marks.take_pending(conn, {(a.registration_id, a.thread_id) for _job, a in claimed})
+        positions = marks.read_positions(conn, {(a.user_id, a.thread_id) for _job, a in claimed})
+        plans: dict[int, ClearSend | SkipReason | Done] = {}
+        passed = []
+        for job, a in claimed:
             found = still_active(loaded.get(a.registration_id), a.user_id)
-            if found is None:
-                plans[job_id] = SkipReason.NO_REGISTRATION
-                continue
             marked_at = marked.get((a.registration_id, a.thread_id))
-            if marked_at is None:
-                plans[job_id] = Done(UNMARKED)
-                continue
-            reg, platform = found
-            plans[job_id] = _Clear(
+            if found is None:
+                plans[job.id] = SkipReason.NO_REGISTRATION
+            elif marked_at is None:
+                plans[job.id] = Done(Result.SKIPPED_UNMARKED)
+            else:
+                passed.append((job, a, found, marked_at))
+        found_badges = badges(conn, self._config, {a.user_id for _job, a, _f, _m in passed})
+        for job, a, (reg, platform), marked_at in passed:
+            plans[job.id] = ClearSend(
                 a,
-                target_of(reg, platform, attempts[job_id]),
+                target_of(reg, platform, job),
                 marked_at,
                 positions.get((a.user_id, a.thread_id), 0),
+                badge_of(found_badges, a.user_id),
             )
-        if self._config.badge is BadgeMode.UNREAD_THREADS:
-            sending = {p.args.user_id for p in plans.values() if isinstance(p, _Clear)}
-            badges = badges_of(conn, sending)
-            for job_id, plan in plans.items():
-                if isinstance(plan, _Clear):
-                    plans[job_id] = _Clear(
-                        plan.args,
-                        plan.target,
-                        plan.marked_at,
-                        plan.seq,
-                        badges.get(plan.args.user_id, 0),
-                    )
         return plans
 
-    async def _send(self, job: Job, plan: _Clear, report: Report) -> None:
-        message = ReadMessage(plan.args.thread_id, plan.seq, plan.badge, self._urgency)
-        outcome = await self.sending.send(job, plan.target, message, report)
-        if outcome is None:
-            return
+    def message(self, plan: ClearSend) -> ReadMessage:
+        return ReadMessage(plan.args.thread_id, plan.seq, plan.badge, self._urgency)
+
+    def delivered(self, plan: ClearSend) -> BatchedEffect:
+        """A delivered clear removes its mark (unless a newer push marked it again)."""
         target = plan.target
-        delivered = BatchedEffect(
+        return BatchedEffect(
             _delivered_unmarked,
             (target.registration_id, target.provider, plan.args.thread_id, plan.marked_at),
         )
-        await report(job, self.sending.result_for(job, target, outcome, delivered))
 
 
 def _delivered_unmarked(

@@ -1,6 +1,9 @@
-"""``notify.push_send``: one push to one registration.
+"""``notify.push_send``: one hint pushed to one registration.
 
-Checks, in one transaction for the whole claimed batch (SPEC section 7):
+A :class:`~bothy_notify.push.jobs.PushKind` (:class:`HintPush`): the send, its
+outcomes, retries and the token lifecycle are the one push handler's
+(:mod:`bothy_notify.push.jobs`, :mod:`.registration_push`). Its checks, in one
+database call for the whole claimed batch (SPEC section 7):
 
 1. The registration is still active and still the recipient's: else skip
    ``no_registration``.
@@ -20,199 +23,66 @@ Checks, in one transaction for the whole claimed batch (SPEC section 7):
    (:func:`bothy_notify.store.unread.badges_of`), so a delayed push carries the
    count of its moment and a send costs no query of its own.
 
-Then the provider send, outside any transaction. Its outcome becomes the job's
-result here (a transient outcome retries while attempts remain, and the send
-fails after the last one), and its effect on the registration comes from the
-token lifecycle (:mod:`bothy_notify.notify.lifecycle`), committed together with
-the result. A delivered hint about a thread also marks (registration, thread) in
-that commit, for clear-on-read (:mod:`bothy_notify.store.marks`,
-:mod:`bothy_notify.notify.jobs.push_clear`). :class:`Sending` is the send and its
-result, shared with ``notify.push_clear``.
+A delivered hint about a thread also marks (registration, thread) in the commit
+of the job's result, for clear-on-read (:mod:`bothy_notify.store.marks`,
+:mod:`bothy_notify.notify.jobs.push_clear`). Its latency is observed as route
+``push`` (``push_delayed`` for a delayed push).
 """
 
 from __future__ import annotations
 
-import random
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import TypeVar
+from datetime import datetime
+from typing import Any
 
-import trio
-
-from bothy_notify.config import BadgeMode, NotifyConfig, PushConfig
-from bothy_notify.kernel.clock import Clock, from_unix_micros
+from bothy_notify.config import PushConfig
+from bothy_notify.kernel.clock import from_unix_micros
 from bothy_notify.kernel.metrics import Children, Metrics
+from bothy_notify.kernel.results import Result
 from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify import facts
 from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.notify.domain import SkipReason, release_delayed
 from bothy_notify.notify.domain.quiet import hold_until
 from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs
-from bothy_notify.notify.lifecycle import TokenLifecycle, send_outcome
-from bothy_notify.push.port import Message, Outcome, OutcomeKind, PushMessage, Target
-from bothy_notify.push.registry import Providers
-from bothy_notify.runner import BatchedEffect, Defer, Done, JobResult, Report, retry_or_fail
+from bothy_notify.notify.jobs.registration_push import (
+    DEFAULT_NOTIFY,
+    badge_of,
+    badges,
+    still_active,
+    target_of,
+)
+from bothy_notify.push.jobs import PushKind
+from bothy_notify.push.port import PushMessage, Target
+from bothy_notify.runner import BatchedEffect, Done
 from bothy_notify.store import marks
 from bothy_notify.store import quiet as quiet_store
 from bothy_notify.store import registrations as regs
-from bothy_notify.store.db import Conn, Database
+from bothy_notify.store.db import Conn
 from bothy_notify.store.jobs import Job
-from bothy_notify.store.unread import badges_of
 
-PERMIT_WAIT = timedelta(seconds=1)
-"""How long a send waits for a permit of its provider's channel before the job goes
-back to the queue (a healthy provider frees permits in milliseconds)."""
-_DEFAULT_NOTIFY = NotifyConfig()
-"""Where a handler built without ``urgency_of`` reads each kind's default urgency."""
-_RANDOM = random.Random()  # noqa: S311 - spreading retries, not cryptography
+_BUILTIN_CATALOGUE = Catalogue.builtin()
+"""Where a kind built without ``category_of`` finds a kind's category."""
 
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class _Send:
+class HintSend:
+    """A hint push planned: its args, where it goes, the badge it carries."""
+
     args: PushSendArgs
     target: Target
     badge: int | None = None
 
 
-_BUILTIN_CATALOGUE = Catalogue.builtin()
-"""Where a handler built without ``category_of`` finds a kind's category."""
-
-P = TypeVar("P")
-"""What a push job's check plans for a job it sends (:meth:`Sending.run_plans`)."""
-
-HELD = "held"
-"""The result of a push held for quiet hours."""
-
-
-def still_active(
-    found: tuple[regs.Registration, str] | None, user_id: str
-) -> tuple[regs.Registration, str] | None:
-    """A loaded registration (and its platform) if it may still be sent to: it exists,
-    is active and still belongs to the job's person; else ``None`` (the send is
-    skipped ``no_registration``)."""
-    if found is None or found[0].invalidated_at is not None or found[0].user_id != user_id:
-        return None
-    return found
-
-
-def target_of(reg: regs.Registration, platform: str, attempts: tuple[int, int]) -> Target:
-    """Where a push to ``reg`` goes, on its job's ``(attempt, max_attempts)``."""
-    return Target(
-        registration_id=reg.id,
-        user_id=reg.user_id,
-        provider=reg.provider,
-        token=reg.token,
-        platform=platform,
-        environment=reg.environment,
-        app_id=reg.app_id,
-        signing_key=reg.signing_key,
-        attempt=attempts[0],
-        max_attempts=attempts[1],
-        last_error=reg.error_since_delivery,
-        failure_count=reg.failure_count,
-        expires_at=reg.expires_at,
-    )
-
-
 def hint_age_exceeded(due_at_micros: int, now: datetime, config: PushConfig) -> bool:
+    """Whether a hint decided at ``due_at_micros`` is older than ``push.max_age`` now."""
     return now - from_unix_micros(due_at_micros) > config.max_age
 
 
-class Sending:
-    """One provider send and its job result, the same for every push job
-    (``notify.push_send``, ``notify.push_clear``): the send through
-    :meth:`Providers.try_send`, a busy provider deferring the job, the send metric,
-    the rejection log, and the result with the token lifecycle's effect."""
-
-    def __init__(self, *, providers: Providers, config: PushConfig, metrics: Metrics) -> None:
-        self._providers = providers
-        self._metrics = metrics
-        self._sends = Children(metrics.push_sends)
-        self.lifecycle = TokenLifecycle(config=config, metrics=metrics)
-
-    def __repr__(self) -> str:
-        return "Sending()"
-
-    async def run_plans(
-        self,
-        jobs: Sequence[Job],
-        plans: Mapping[int, P | SkipReason | Done],
-        report: Report,
-        send: Callable[[Job, P, Report], Awaitable[None]],
-    ) -> None:
-        """Report each job whose check stopped it (a skip, counted, or a result of
-        its own) and ``send`` the others concurrently, each reporting its own."""
-        async with trio.open_nursery() as nursery:
-            for job in jobs:
-                plan = plans[job.id]
-                if isinstance(plan, SkipReason):
-                    self._metrics.skip(plan.value)
-                    await report(job, Done(f"skipped_{plan.value}"))
-                elif isinstance(plan, Done):
-                    await report(job, plan)
-                else:
-                    nursery.start_soon(send, job, plan, report)
-
-    async def send(
-        self, job: Job, target: Target, message: Message, report: Report
-    ) -> Outcome | None:
-        """The outcome of sending ``message``, or ``None`` once the job is deferred
-        (the provider is stalled and all its permits are taken)."""
-        outcome = await self._providers.try_send(
-            target, message, permit_wait=PERMIT_WAIT.total_seconds()
-        )
-        if outcome is None:
-            # Give the runner slot back so other providers' sends are not held up.
-            after = PERMIT_WAIT * (1 + _RANDOM.random())
-            await report(job, Defer(after, "provider_busy"))
-            return None
-        last_attempt = job.attempt >= job.max_attempts
-        self._sends(
-            target.provider,
-            send_outcome(outcome, last_attempt=last_attempt),
-            self._providers.app_label(target),
-        ).inc()
-        self.lifecycle.explain(target.provider, outcome)
-        return outcome
-
-    def result_for(
-        self,
-        job: Job,
-        target: Target,
-        outcome: Outcome,
-        delivered: BatchedEffect | None = None,
-    ) -> JobResult:
-        """The job result of one outcome, carrying its registration effect
-        (``delivered`` replaces the lifecycle's for a delivery: it must apply that
-        too: :func:`~bothy_notify.store.registrations.mark_delivered_many`).
-
-        A transient outcome retries while attempts remain (no sooner than the
-        provider's minimum); after the last attempt the send has failed and the job
-        fails. Every other outcome finishes the job.
-        """
-        last_attempt = job.attempt >= job.max_attempts
-        effect = self.lifecycle.effect(
-            target.registration_id, target.provider, outcome, last_attempt=last_attempt
-        )
-        if outcome.kind is OutcomeKind.TRANSIENT:
-            return retry_or_fail(job, outcome.reason or "transient", outcome.retry_after, effect)
-        if outcome.kind is OutcomeKind.DELIVERED and delivered is not None:
-            effect = delivered
-        return Done(outcome.kind.value, effect)
-
-
-def _delivered_marked(conn: Conn, items: list[tuple[str, str, str]], now: datetime) -> None:
-    """Deliveries of hints about threads: the lifecycle's effect, and each
-    (registration, thread) marked for clear-on-read (:mod:`bothy_notify.store.marks`)."""
-    regs.mark_delivered_many(conn, [(r, p) for r, p, _t in items], now)
-    marks.record_many(conn, [(r, t) for r, _p, t in items], now)
-
-
-class PushSendHandler:
-    """Runs ``notify.push_send`` jobs.
+class HintPush(PushKind[PushSendArgs, HintSend]):
+    """``notify.push_send``: the checks above, a :class:`~.port.PushMessage`.
 
     ``mv`` is the catalogue version the job carries (fixed when the hint was
     decided); ``catalogue_version`` gives it for a job queued without one.
@@ -223,113 +93,88 @@ class PushSendHandler:
     """
 
     kind = PUSH_SEND
+    # Each read is its own statement: under READ COMMITTED a transaction would give
+    # them no common snapshot either, only BEGIN and COMMIT round trips.
+    plan_writes = False
 
     def __init__(
         self,
         *,
-        db: Database,
-        providers: Providers,
-        clock: Clock,
         config: PushConfig,
         metrics: Metrics,
         catalogue_version: Callable[[], str | None] = lambda: None,
-        urgency_of: Callable[[str], str] = _DEFAULT_NOTIFY.urgency_of,
+        urgency_of: Callable[[str], str] = DEFAULT_NOTIFY.urgency_of,
         category_of: Callable[[str], str] = _BUILTIN_CATALOGUE.category_of,
     ) -> None:
-        self._db = db
+        self._config = config
+        self._held = Children(metrics.push_held)
+        self._mv = catalogue_version
         self._urgency_of = urgency_of
         self._category_of = category_of
-        self._held = Children(metrics.push_held)
-        self._providers = providers
-        self._clock = clock
-        self._config = config
-        self._metrics = metrics
-        self._mv = catalogue_version
-        self._delivery = Children(metrics.delivery_seconds)
-        self.sending = Sending(providers=providers, config=config, metrics=metrics)
-        self.lifecycle = self.sending.lifecycle
 
-    def __repr__(self) -> str:
-        return "PushSendHandler()"
+    def parse(self, args: Mapping[str, Any]) -> PushSendArgs | None:
+        return PushSendArgs.parse(args)
 
-    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
-        now = self._clock.now()
-        parsed = {job.id: PushSendArgs.from_args(job.args) for job in jobs}
-        attempts = {job.id: (job.attempt, job.max_attempts) for job in jobs}
-        # Two reads, each its own statement: under READ COMMITTED a transaction would
-        # give them no common snapshot either, only BEGIN and COMMIT round trips.
-        plans = await self._db.run(
-            lambda c: self._check(c, parsed, attempts, now), transaction=False
-        )
-        await self.sending.run_plans(jobs, plans, report, self._send)
-
-    def _check(
-        self,
-        conn: Conn,
-        parsed: dict[int, PushSendArgs],
-        attempts: dict[int, tuple[int, int]],
-        now: datetime,
-    ) -> dict[int, _Send | SkipReason | Done]:
-        loaded = regs.load(conn, {a.registration_id for a in parsed.values()})
-        reach = facts.reach_now(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
-        plans: dict[int, _Send | SkipReason | Done] = {}
-        for job_id, a in parsed.items():
+    def plan(
+        self, conn: Conn, claimed: Sequence[tuple[Job, PushSendArgs]], now: datetime
+    ) -> dict[int, HintSend | SkipReason | Done]:
+        loaded = regs.load(conn, {a.registration_id for _job, a in claimed})
+        reach = facts.reach_now(conn, {(a.user_id, a.thread_id) for _job, a in claimed})
+        plans: dict[int, HintSend | SkipReason | Done] = {}
+        passed: list[tuple[Job, PushSendArgs, tuple[regs.Registration, str]]] = []
+        for job, a in claimed:
             found = still_active(loaded.get(a.registration_id), a.user_id)
             if found is None:
-                plans[job_id] = SkipReason.NO_REGISTRATION
-                continue
-            if hint_age_exceeded(a.due_at, now, self._config):
-                plans[job_id] = SkipReason.EXPIRED
-                continue
-            now_reach = reach[(a.user_id, a.thread_id)]
-            if not now_reach.allowed:
-                plans[job_id] = SkipReason.NO_ACCESS
-                continue
+                plans[job.id] = SkipReason.NO_REGISTRATION
+            elif hint_age_exceeded(a.due_at, now, self._config):
+                plans[job.id] = SkipReason.EXPIRED
+            elif not (now_reach := reach[(a.user_id, a.thread_id)]).allowed:
+                plans[job.id] = SkipReason.NO_ACCESS
             # The release check reads only the read position, and only for a delayed push.
-            if a.release_seq > 0 and not release_delayed(a.release_seq, now_reach.read_position):
-                plans[job_id] = SkipReason.READ
-                continue
-            reg, platform = found
-            plans[job_id] = _Send(
-                a,
-                target_of(reg, platform, attempts[job_id]),
+            elif a.release_seq > 0 and not release_delayed(a.release_seq, now_reach.read_position):
+                plans[job.id] = SkipReason.READ
+            else:
+                passed.append((job, a, found))
+        sending = self._hold_quiet(conn, passed, plans, now)
+        found_badges = badges(conn, self._config, {a.user_id for _job, a, _found in sending})
+        for job, a, (reg, platform) in sending:
+            plans[job.id] = HintSend(
+                a, target_of(reg, platform, job), badge_of(found_badges, a.user_id)
             )
-        self._hold_quiet(conn, plans, now)
-        if self._config.badge is BadgeMode.UNREAD_THREADS:
-            sending = {p.args.user_id for p in plans.values() if isinstance(p, _Send)}
-            badges = badges_of(conn, sending)
-            for job_id, plan in plans.items():
-                if isinstance(plan, _Send):
-                    plans[job_id] = _Send(plan.args, plan.target, badges.get(plan.args.user_id, 0))
         return plans
 
     def _hold_quiet(
-        self, conn: Conn, plans: dict[int, _Send | SkipReason | Done], now: datetime
-    ) -> None:
-        """Hold the planned sends of people in quiet hours (step 5)."""
-        docs = quiet_store.docs_of(
-            conn, {p.args.user_id for p in plans.values() if isinstance(p, _Send)}
-        )
+        self,
+        conn: Conn,
+        passed: list[tuple[Job, PushSendArgs, tuple[regs.Registration, str]]],
+        plans: dict[int, HintSend | SkipReason | Done],
+        now: datetime,
+    ) -> list[tuple[Job, PushSendArgs, tuple[regs.Registration, str]]]:
+        """Hold the pushes of people in quiet hours (step 5); the others, to send."""
+        docs = quiet_store.docs_of(conn, {a.user_id for _job, a, _found in passed})
         if not docs:
-            return
+            return passed
+        sending = []
         ends: dict[tuple[str, str], datetime | None] = {}  # once per person and category
-        for job_id, plan in plans.items():
-            if not isinstance(plan, _Send) or plan.args.user_id not in docs:
-                continue
-            a = plan.args
-            category = a.category or self._category_of(a.kind)
-            key = (a.user_id, category)
-            if key not in ends:
-                ends[key] = hold_until(facts.hours_of(docs[a.user_id]), category, now)
-            ends_at = ends[key]
-            if ends_at is not None:
-                self._held(category).inc()
-                held = quiet_store.Held(a.user_id, a.thread_id, a.nid, category, ends_at)
-                plans[job_id] = Done(HELD, BatchedEffect(quiet_store.hold_many, held))
+        for item in passed:
+            job, a, _found = item
+            if a.user_id in docs:
+                category = a.category or self._category_of(a.kind)
+                key = (a.user_id, category)
+                if key not in ends:
+                    ends[key] = hold_until(facts.hours_of(docs[a.user_id]), category, now)
+                ends_at = ends[key]
+                if ends_at is not None:
+                    self._held(category).inc()
+                    held = quiet_store.Held(a.user_id, a.thread_id, a.nid, category, ends_at)
+                    plans[job.id] = Done(Result.HELD, BatchedEffect(quiet_store.hold_many, held))
+                    continue
+            sending.append(item)
+        return sending
 
-    async def _send(self, job: Job, plan: _Send, report: Report) -> None:
+    def message(self, plan: HintSend) -> PushMessage:
         a = plan.args
-        message = PushMessage(
+        return PushMessage(
             nid=a.nid,
             kind=a.kind,
             count=a.count,
@@ -341,21 +186,23 @@ class PushSendHandler:
             badge=plan.badge,
             urgency=str(self._urgency_of(a.kind)),
         )
-        outcome = await self.sending.send(job, plan.target, message, report)
-        if outcome is None:
-            return
-        if outcome.kind is not OutcomeKind.TRANSIENT:
-            route = "push_delayed" if a.release_seq > 0 else "push"
-            self._delivery(route).observe(max(0.0, time.time() - a.appended_at / 1_000_000))
-        await report(job, self.result_for(job, plan, outcome))
 
-    def result_for(self, job: Job, plan: _Send, outcome: Outcome) -> JobResult:
-        """The job result of one outcome (:meth:`Sending.result_for`); a delivered
-        hint about a thread also marks the registration for clear-on-read."""
+    def delivered(self, plan: HintSend) -> BatchedEffect | None:
+        """A delivered hint about a thread also marks the registration for clear-on-read."""
+        if plan.args.thread_id is None:
+            return None
         target = plan.target
-        delivered = None
-        if plan.args.thread_id is not None:
-            delivered = BatchedEffect(
-                _delivered_marked, (target.registration_id, target.provider, plan.args.thread_id)
-            )
-        return self.sending.result_for(job, target, outcome, delivered)
+        return BatchedEffect(
+            _delivered_marked, (target.registration_id, target.provider, plan.args.thread_id)
+        )
+
+    def route(self, plan: HintSend) -> tuple[str, int]:
+        a = plan.args
+        return ("push_delayed" if a.release_seq > 0 else "push", a.appended_at)
+
+
+def _delivered_marked(conn: Conn, items: list[tuple[str, str, str]], now: datetime) -> None:
+    """Deliveries of hints about threads: the lifecycle's effect, and each
+    (registration, thread) marked for clear-on-read (:mod:`bothy_notify.store.marks`)."""
+    regs.mark_delivered_many(conn, [(r, p) for r, p, _t in items], now)
+    marks.record_many(conn, [(r, t) for r, _p, t in items], now)

@@ -16,25 +16,29 @@ transaction:
    same ``nid`` (the webhook's message id), and ``sent``; with no active
    registration left, ``skipped_no_registration`` (counted as that skip).
 
-``notify.push_summary`` ``{user_id, registration_id, count, nid}`` checks the
-registration as every push job does (:func:`~.push_send.still_active`), reads the
-badge now (one statement per claimed batch) and sends
-:class:`~bothy_notify.push.port.SummaryMessage` ``{"kind": "summary", "count",
-"badge"}`` through :class:`~.push_send.Sending`: the same outcomes, retries and
-token lifecycle as a hint.
+``notify.push_summary`` ``{user_id, registration_id, count, nid}`` is a
+:class:`~bothy_notify.push.jobs.PushKind` (:class:`SummaryPush`): it checks the
+registration as every push to a registration does
+(:func:`~.registration_push.still_active`), reads the badge now (one statement
+per claimed batch) and sends :class:`~bothy_notify.push.port.SummaryMessage`
+``{"kind": "summary", "count", "badge"}`` through the one push handler: the same
+outcomes, retries and token lifecycle as a hint.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
+from typing import Any
 
-from bothy_notify.config import BadgeMode, NotifyConfig, PushConfig
+from bothy_notify.config import PushConfig
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.kernel.metrics import Children, Metrics
+from bothy_notify.kernel.results import Result
+from bothy_notify.kernel.values import fast_init
 from bothy_notify.notify import facts
 from bothy_notify.notify.domain import SkipReason
 from bothy_notify.notify.domain.quiet import quiet_from_doc, quiet_until, summary_count
@@ -45,20 +49,23 @@ from bothy_notify.notify.jobs.args import (
     PushSummaryArgs,
     QuietSummaryArgs,
 )
-from bothy_notify.notify.jobs.push_send import Sending, still_active, target_of
+from bothy_notify.notify.jobs.registration_push import (
+    DEFAULT_NOTIFY,
+    badge_of,
+    badges,
+    still_active,
+    target_of,
+)
+from bothy_notify.push.jobs import PushKind
 from bothy_notify.push.port import SummaryMessage, Target
-from bothy_notify.push.registry import Providers
 from bothy_notify.runner import Defer, Done, Report
 from bothy_notify.store import quiet as quiet_store
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job, JobSpec, JobWriter
-from bothy_notify.store.unread import badges_of
 
 STILL_QUIET = "still_quiet"
 """The defer reason of a summary whose person is quiet again (or still)."""
-
-_DEFAULT_NOTIFY = NotifyConfig()
 
 
 class QuietSummaryHandler:
@@ -86,13 +93,13 @@ class QuietSummaryHandler:
                 await report(job, Defer(max(outcome - now, _SOON), STILL_QUIET))
                 continue
             if isinstance(outcome, SkipReason):
-                self._metrics.skip(outcome.value)
-                await report(job, Done(f"skipped_{outcome.value}"))
+                self._metrics.skip(outcome)
+                await report(job, Done(outcome.result))
                 continue
             self._results(outcome).inc()
             await report(job, Done(outcome))
 
-    def _close(self, conn: Conn, user_id: str, now: datetime) -> datetime | str | SkipReason:
+    def _close(self, conn: Conn, user_id: str, now: datetime) -> datetime | Result | SkipReason:
         """Steps 1-3 in the caller's transaction: the new end while still quiet,
         else the result (``sent`` or ``nothing_unread``; ``no_registration`` when
         something is unread but the person has no active registration left)."""
@@ -129,68 +136,46 @@ _SOON = timedelta(seconds=1)
 """The least a still-quiet summary waits (its end is a wall-clock minute)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
-class _Summary:
+class SummarySend:
+    """A summary push planned: its args, where it goes, the badge it carries."""
+
     args: PushSummaryArgs
     target: Target
     badge: int | None = None
 
 
-class PushSummaryHandler:
-    """Runs ``notify.push_summary``: one summary push to one registration;
+class SummaryPush(PushKind[PushSummaryArgs, SummarySend]):
+    """``notify.push_summary``: one summary push to one registration;
     ``urgency_of`` gives the ``summary`` kind's urgency (``low`` by default)."""
 
     kind = PUSH_SUMMARY
+    plan_writes = False
 
     def __init__(
-        self,
-        *,
-        db: Database,
-        providers: Providers,
-        config: PushConfig,
-        metrics: Metrics,
-        urgency_of: Callable[[str], str] = _DEFAULT_NOTIFY.urgency_of,
+        self, *, config: PushConfig, urgency_of: Callable[[str], str] = DEFAULT_NOTIFY.urgency_of
     ) -> None:
-        self._db = db
-        self._urgency = str(urgency_of("summary"))
         self._config = config
-        self._metrics = metrics
-        self.sending = Sending(providers=providers, config=config, metrics=metrics)
+        self._urgency = str(urgency_of("summary"))
 
-    def __repr__(self) -> str:
-        return "PushSummaryHandler()"
+    def parse(self, args: Mapping[str, Any]) -> PushSummaryArgs | None:
+        return PushSummaryArgs.parse(args)
 
-    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
-        parsed = {job.id: PushSummaryArgs.from_args(job.args) for job in jobs}
-        attempts = {job.id: (job.attempt, job.max_attempts) for job in jobs}
-        plans = await self._db.run(lambda c: self._check(c, parsed, attempts))
-        await self.sending.run_plans(jobs, plans, report, self._send)
-
-    def _check(
-        self,
-        conn: Conn,
-        parsed: dict[int, PushSummaryArgs],
-        attempts: dict[int, tuple[int, int]],
-    ) -> dict[int, _Summary | SkipReason]:
-        loaded = regs.load(conn, {a.registration_id for a in parsed.values()})
-        badges: dict[str, int] = {}
-        counting = self._config.badge is BadgeMode.UNREAD_THREADS
-        if counting:
-            badges = badges_of(conn, {a.user_id for a in parsed.values()})
-        plans: dict[int, _Summary | SkipReason] = {}
-        for job_id, a in parsed.items():
+    def plan(
+        self, conn: Conn, claimed: Sequence[tuple[Job, PushSummaryArgs]], now: datetime
+    ) -> dict[int, SummarySend | SkipReason | Done]:
+        loaded = regs.load(conn, {a.registration_id for _job, a in claimed})
+        found_badges = badges(conn, self._config, {a.user_id for _job, a in claimed})
+        plans: dict[int, SummarySend | SkipReason | Done] = {}
+        for job, a in claimed:
             found = still_active(loaded.get(a.registration_id), a.user_id)
             if found is None:
-                plans[job_id] = SkipReason.NO_REGISTRATION
-                continue
-            reg, platform = found
-            badge = badges.get(a.user_id, 0) if counting else None
-            plans[job_id] = _Summary(a, target_of(reg, platform, attempts[job_id]), badge)
+                plans[job.id] = SkipReason.NO_REGISTRATION
+            else:
+                target = target_of(found[0], found[1], job)
+                plans[job.id] = SummarySend(a, target, badge_of(found_badges, a.user_id))
         return plans
 
-    async def _send(self, job: Job, plan: _Summary, report: Report) -> None:
-        message = SummaryMessage(plan.args.nid, plan.args.count, plan.badge, self._urgency)
-        outcome = await self.sending.send(job, plan.target, message, report)
-        if outcome is None:
-            return
-        await report(job, self.sending.result_for(job, plan.target, outcome))
+    def message(self, plan: SummarySend) -> SummaryMessage:
+        return SummaryMessage(plan.args.nid, plan.args.count, plan.badge, self._urgency)
