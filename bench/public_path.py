@@ -63,6 +63,7 @@ and the parent's together.
 Usage: .venv/bin/python bench/public_path.py [--connections N] [--followers F]
        [--rate R] [--seconds S] [--high-rate R2] [--high-seconds S2]
        [--client-processes P] [--processes N] [--skip PHASES] [--profile DIR]
+       [--code DIR]  (the daemon runs that source tree: a before/after in one sitting)
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ from bench._common import (
     report,
     tree_cpu,
 )
-from bench._daemon import KEY, BenchDaemon, bench_daemon
+from bench._daemon import KEY, BenchDaemon, add_code_argument, bench_daemon, daemon_env
 from bench._wsfloor import floor_process
 from bothy_notify.auth import mint_token
 from testkit.ws import ABNORMAL, OPCODE_TEXT, PING, Closed, GatewayClient
@@ -407,9 +408,11 @@ def producer_process(
     """Post this producer's share of a phase, one event per request: the k-th of the
     phase (k = share, share + producers, ...) due at ``start + k / rate``. Sends back
     (message id, sent, answered, status) per request."""
-    conn = KeepAlive(address)
     pipe.send("ready")
     start: float = pipe.recv()
+    # Connected once every producer is ready: on a loaded machine their start can take
+    # longer than a server's keep-alive timeout, which would close an idle connection.
+    conn = KeepAlive(address)
     rate, threads, first_seq = plan["rate"], plan["threads"], plan["first_seq"]
     out: list[tuple[str, float, float, int]] = []
     # A producer that falls behind stops at the phase's end plus this much: what it
@@ -631,7 +634,7 @@ class Run:
     def start_daemon(self) -> None:
         data_dir = self.workdir / "pg"
         self.node = bench_daemon(
-            self.workdir, daemon_config(data_dir, self.args.processes), {"BOTHY_BENCH_KEY": KEY}
+            self.workdir, daemon_config(data_dir, self.args.processes), daemon_env(self.args)
         )
         self.node.start_sync(timeout=300)
         with open(data_dir / "postmaster.pid", encoding="ascii") as pidfile:
@@ -1121,6 +1124,7 @@ def main() -> None:
     parser.add_argument(
         "--profile", metavar="DIR", help="py-spy the daemon in each phase (DIR/PHASE.txt)"
     )
+    add_code_argument(parser)
     args = parser.parse_args()
     args.skip = args.skip.replace(",", "")
     limit = raise_file_limit()
