@@ -11,14 +11,22 @@ commit together.
 A job holds its concurrency slot until its result is reported (handed to the
 completer), not until it is recorded: the claim loop claims the next jobs
 while the last ones are being recorded. The jobs claimed and not yet recorded
-are kept apart (``_in_flight``): their leases are renewed and a shutdown gives
-them back, whether their result was reported or not. The results channel
-(``jobs.concurrency`` deep) bounds how far reporting runs ahead of recording.
+are kept apart (``_in_flight``): their leases are renewed. A result is noted
+(``_reported``) the moment its handler reports it, before anything awaits, and
+stays noted until it is recorded. The results channel (``jobs.concurrency``
+deep) bounds how far reporting runs ahead of recording.
 
 Claimed jobs keep their lease while they run (a renewal task extends it), so
-only a crashed node's jobs run again. On shutdown the runner stops claiming,
-lets running jobs finish within the drain period, and gives back the jobs it
-could not finish, uncounted.
+only a crashed node's jobs run again. On shutdown the runner stops claiming and
+lets running jobs finish within the drain period. When the period is over (or
+the runner fails) the handlers are cancelled first; then, in a shielded and
+bounded cleanup, the results reported by then are recorded, wherever they were
+(in the channel, in the completer's batch, in a retry of the recording, or
+held by a handler waiting for room in the channel): an effect that already
+happened, such as a push the provider accepted, is never given back to run
+again. Only the jobs that never reported are given back, uncounted. If the
+database cannot be reached at that moment nothing can be recorded: those jobs
+run again when their lease ends (at least once, never lost).
 
 Fencing: a result applies only to the run that claimed the job. Each claim
 takes the job's next claim number (``Job.claim``), and every write about the
@@ -46,6 +54,7 @@ Results:
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -215,6 +224,14 @@ def retry_or_fail(
     return Retry(after, error, effect)
 
 
+STOP_RECORD_BOUND = 5.0
+"""Seconds the cleanup of a stop spends recording the results reported before it;
+past it the rest are given back (they run again: at least once)."""
+STOP_RELEASE_BOUND = 5.0
+"""Seconds the cleanup of a stop spends giving back the jobs that never reported; past
+it their leases end instead. With :data:`STOP_RECORD_BOUND` the cleanup fits well
+inside the 15 s a ``run --processes`` parent grants a node after its drain period."""
+
 _COMPLETE_BATCH = 500
 """Most results recorded in one transaction."""
 _RECORD_LINGER = 0.01
@@ -278,9 +295,17 @@ class JobRunner:
         self._metrics = metrics
         self._finished = Children(metrics.jobs_finished)
         self._in_flight: dict[Fence, Job] = {}
-        """Claimed and not yet recorded: renewed, and given back on shutdown."""
+        """Claimed and not yet recorded: renewed; given back at a stop unless reported."""
         self._lost: set[Fence] = set()
         """In flight, and a renewal found the fence lost: recording them stops retrying."""
+        self._reported: dict[Fence, tuple[Job, JobResult]] = {}
+        """Results reported and not yet recorded (a subset of ``_in_flight``): a stop
+        records them before giving anything back."""
+        self._record_by = math.inf
+        """When recording must end (Trio time): never while the runner works; set by a
+        stop (:meth:`_bound_recording`)."""
+        self._recording: trio.CancelScope | None = None
+        """The shielded scope of a completion statement in flight."""
         self._running = 0
         """Claimed and not yet reported: the jobs holding a ``jobs.concurrency`` slot."""
         self._wake = trio.Event()
@@ -388,9 +413,11 @@ class JobRunner:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled (or stopped and idle).
 
-        Cancellation: handlers are cancelled, and jobs not yet recorded are
-        given back in a shielded cleanup (they run again, the attempt uncounted).
-        The same happens when the runner fails; its supervisor (``wiring``) then
+        Cancellation: handlers are cancelled; then, in a shielded cleanup, the
+        results already reported are recorded (within :data:`STOP_RECORD_BOUND`)
+        and the jobs that never reported are given back (within
+        :data:`STOP_RELEASE_BOUND`; they run again, the attempt uncounted). The
+        same happens when the runner fails; its supervisor (``wiring``) then
         starts it again. The ``LISTEN`` and lease-renewal loops are supervised
         on their own: either restarts without disturbing running jobs.
         """
@@ -401,31 +428,83 @@ class JobRunner:
         )
         self._idle = trio.Event()
         self._running = 0
+        self._reported = {}
+        self._record_by = math.inf
         try:
             async with trio.open_nursery() as services:
                 services.start_soon(self._complete_loop)
                 await services.start(self._listener.run)
                 services.start_soon(self._renewer.run)
-                async with trio.open_nursery() as work:
-                    self._work = work
-                    self.running = True
-                    task_status.started()
-                    await self._claim_loop(work)
-                    await self._idle.wait()
+                try:
+                    async with trio.open_nursery() as work:
+                        self._work = work
+                        self.running = True
+                        task_status.started()
+                        await self._claim_loop(work)
+                        await self._idle.wait()
+                finally:
+                    # The handlers have ended (finished, cancelled by a stop, or by a
+                    # failure): the recording still in flight gets a bound.
+                    self._bound_recording()
                 services.cancel_scope.cancel()
         finally:
+            # Every handler and the completer have ended here (their nurseries are
+            # closed): what they reported is in _reported, and nothing else records.
             self.running = False
             self._work = None
             self._running = 0
-            if self._in_flight:
-                fences = list(self._in_flight)
-                self._in_flight.clear()
-                with trio.CancelScope(shield=True), trio.move_on_after(10):
-                    try:
-                        await self._db.run(lambda c: queue.release(c, fences))
-                        log.info("gave back unfinished jobs", extra={"jobs": len(fences)})
-                    except StoreError:
-                        log.warning("could not give back unfinished jobs; their leases will end")
+            with trio.CancelScope(shield=True):
+                await self._record_reported()
+                await self._give_back()
+
+    def _bound_recording(self) -> None:
+        """The work is over: recording (the statement in flight, then the cleanup's)
+        ends within :data:`STOP_RECORD_BOUND` from now."""
+        self._record_by = trio.current_time() + STOP_RECORD_BOUND
+        if self._recording is not None:
+            self._recording.deadline = self._record_by
+
+    async def _record_reported(self) -> None:
+        """At a stop: record the results reported and not yet recorded, so that no
+        job whose effect already happened is given back. Ends by ``_record_by``
+        (:data:`STOP_RECORD_BOUND` after the handlers ended); call shielded."""
+        pending = list(self._reported.values())
+        if not pending:
+            return
+        with trio.CancelScope(
+            deadline=min(self._record_by, trio.current_time() + STOP_RECORD_BOUND)
+        ):
+            try:
+                await self._record(pending)
+            except StoreError:
+                pass
+            else:
+                log.info("recorded results reported before the stop", extra={"jobs": len(pending)})
+                return
+        self._reported.clear()
+        log.warning(
+            "could not record results reported before the stop; their jobs run again",
+            extra={"jobs": len(pending)},
+        )
+
+    async def _give_back(self) -> None:
+        """At a stop: give back the jobs claimed here that never reported (fenced, the
+        attempt uncounted). Bounded by :data:`STOP_RELEASE_BOUND`; call shielded."""
+        fences = list(self._in_flight)
+        self._in_flight.clear()
+        self._reported.clear()
+        self._lost.clear()
+        if not fences:
+            return
+        with trio.move_on_after(STOP_RELEASE_BOUND):
+            try:
+                await self._db.run(lambda c: queue.release(c, fences))
+            except StoreError:
+                pass
+            else:
+                log.info("gave back unfinished jobs", extra={"jobs": len(fences)})
+                return
+        log.warning("could not give back unfinished jobs; their leases will end")
 
     @property
     def healthy(self) -> bool:
@@ -550,9 +629,12 @@ class JobRunner:
             if job.id in reported:
                 return
             reported.add(job.id)
+            # Noted before anything awaits: from here on a stop records this result
+            # rather than giving the job back, even while the send below waits.
+            self._reported[job.fence] = (job, result)
             await self._results_send.send((job, result))
             # Handed to the completer: the slot is free for the next claim, while the
-            # job stays in _in_flight (renewed, given back on shutdown) until recorded.
+            # job stays in _in_flight (renewed) until recorded.
             self._running -= 1
             self._freed.set()
 
@@ -617,6 +699,7 @@ class JobRunner:
         self._recorded += len(batch)
         for job, result in batch:
             self._in_flight.pop(job.fence, None)
+            self._reported.pop(job.fence, None)
             self._lost.discard(job.fence)
             if job.fence not in held:
                 lost += 1
@@ -668,7 +751,12 @@ class JobRunner:
             try:
                 held: set[Fence]
                 if completes:
-                    held = await queue.complete_direct(self._db, fences, now)
+                    done = await self._complete_direct(batch, now)
+                    if done is None:
+                        # Abandoned at a stop's bound: it may have committed.
+                        unknown = True
+                        continue
+                    held = done
                 else:
                     held = await self._db.run(
                         partial(_apply_results, batch=batch, now=now), transaction=not single
@@ -711,6 +799,25 @@ class JobRunner:
             except StoreError:
                 break
         return set()
+
+    async def _complete_direct(
+        self, batch: list[tuple[Job, JobResult]], now: datetime
+    ) -> set[Fence] | None:
+        """Complete ``batch`` on the direct connection, shielded: a statement once sent
+        is not abandoned when the runner is cancelled (as a worker thread's is not),
+        so a stop knows whether it was recorded. Only a stop bounds it (``_record_by``);
+        past the bound the statement is abandoned and ``None`` returned, its outcome
+        unknown: the stop's cleanup records the batch again (fenced, so at most once).
+        """
+        with trio.CancelScope(shield=True, deadline=self._record_by) as recording:
+            self._recording = recording
+            try:
+                return await queue.complete_direct(self._db, [job.fence for job, _ in batch], now)
+            finally:
+                self._recording = None
+        # Out of time at a stop: the stop's own cancellation ends the completer here.
+        await trio.lowlevel.checkpoint()
+        return None
 
     async def _record_alone(self, item: tuple[Job, JobResult]) -> tuple[set[Fence], JobResult]:
         """Record one result; when that fails, record it as :class:`Fail` without its

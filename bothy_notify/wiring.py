@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any, Literal, Protocol, TextIO
 
 import orjson
@@ -54,6 +55,7 @@ from bothy_notify.config import (
     store_secret_names,
 )
 from bothy_notify.housekeeping import Housekeeper
+from bothy_notify.kernel import memtrim
 from bothy_notify.kernel.clock import Clock, SystemClock
 from bothy_notify.kernel.ephemeral import EphemeralPublisher
 from bothy_notify.kernel.ids import new_id
@@ -68,6 +70,7 @@ from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.jobs.flush import FlushHandler
 from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler, LocalGatewayHints
 from bothy_notify.notify.jobs.push_clear import ReadClearPush
+from bothy_notify.notify.jobs.push_removed import RemovedPush
 from bothy_notify.notify.jobs.push_send import HintPush
 from bothy_notify.notify.jobs.quiet_summary import QuietSummaryHandler, SummaryPush
 from bothy_notify.notify.jobs.registration_push import RegistrationLifecycle
@@ -76,6 +79,8 @@ from bothy_notify.notify.planner import RoundOutcome
 from bothy_notify.notify.round import ConsumerRound
 from bothy_notify.notify.routes import FailClosedRoutes, JobLiveRoutes, LiveRoutes
 from bothy_notify.push import providers as provider_table
+from bothy_notify.push.grouping import GROUPING_SECRET, ThreadGrouping
+from bothy_notify.push.grouping import new_key as new_grouping_key
 from bothy_notify.push.jobs import Lifecycle, PushJobHandler, PushKind
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.registry import Providers
@@ -112,6 +117,11 @@ the GIL, which showed in ``bench/gateway.py``'s hint latency (docs/performance.m
 READINESS_INTERVAL = 5.0
 """Seconds between two refreshes of ``bothy_readiness_check`` (a scrape every 15 s or
 more sees a value at most this old), each with one database ping of its own."""
+
+SEND_RESERVE = 1.0
+"""Seconds before the end of ``server.drain_period`` from which no provider request
+starts (a quarter of the period when that is shorter): the requests in flight
+answer and their results are recorded inside the period, not cut off by it."""
 
 API_POOL_WAIT = 5.0
 """Seconds an HTTP request or gateway query waits for a pooled connection before it is
@@ -289,6 +299,8 @@ class Daemon:
         self._shutdown = trio.Event()
         self.db: Database | None = None
         self.providers: Providers | None = None
+        self.grouping: ThreadGrouping | None = None
+        """The thread grouping values of this node's pushes (read at start)."""
         self.round: ConsumerRound | None = None
         self.runner: JobRunner | None = None
         self.gateway: GatewayService | None = None
@@ -390,7 +402,7 @@ class Daemon:
 
     async def _serve(self, url: str, task_status: trio.TaskStatus[NodeAddresses]) -> None:
         try:
-            config = await trio.to_thread.run_sync(
+            prepared = await trio.to_thread.run_sync(
                 prepare_database, url, self.config, self._migrate
             )
         except StoreError as exc:
@@ -401,6 +413,8 @@ class Daemon:
                 'cluster.mode = "multi": the database (database.url) cannot be reached;'
                 " a node of a cluster does not start without it"
             ) from exc
+        config = prepared.config
+        self.grouping = ThreadGrouping(prepared.grouping_key)
         self.live.swap(config)  # secret: references resolved
         spec = self.spec
         # Two pools: API and gateway load must never starve delivery (the round has a
@@ -487,6 +501,11 @@ class Daemon:
                 # Every node follows the kinds directory, asked or not: its log lines and
                 # bothy_catalogue_invalid_files must be true on an idle node too.
                 await nursery.start(self._supervised("catalogue", self.live_catalogue.watch).run)
+            trim = memtrim.malloc_trim() if memtrim.wanted() else None
+            if trim is not None:
+                # The C allocator's free pages back to the system, on every role.
+                trimming = partial(memtrim.trim_periodically, trim)
+                await nursery.start(self._supervised("memory", trimming).run)
             presence: PresenceSource = NoPresence()
             publisher: EphemeralPublisher | None = None
             gateway_address: str | None = None
@@ -620,9 +639,11 @@ class Daemon:
                     catalogue_version=version,
                     urgency_of=urgency_of,
                     category_of=category_of,
+                    grouping=self.grouping,
                 )
             ),
-            push(ReadClearPush(config=config.push, urgency_of=urgency_of)),
+            push(ReadClearPush(config=config.push, urgency_of=urgency_of, grouping=self.grouping)),
+            push(RemovedPush(config=config.push, urgency_of=urgency_of, grouping=self.grouping)),
             QuietSummaryHandler(db=db, clock=clock, config=config.push, metrics=metrics),
             push(SummaryPush(config=config.push, urgency_of=urgency_of)),
             gateway_send,
@@ -717,7 +738,12 @@ class Daemon:
         its connections with 1001."""
         log.info("shutting down", extra={"drain_seconds": period.total_seconds()})
         self._notifier.stopping("draining")
-        with trio.move_on_after(period.total_seconds()) as scope:
+        seconds = period.total_seconds()
+        if self.providers is not None:
+            self.providers.stop_sending_at(
+                trio.current_time() + seconds - min(SEND_RESERVE, seconds / 4)
+            )
+        with trio.move_on_after(seconds) as scope:
             api_shutdown.set()
             if self.runner is not None:
                 self.runner.stop_claiming()
@@ -727,7 +753,9 @@ class Daemon:
                 await self.runner.wait_idle()
             await api_stopped.wait()
         if scope.cancelled_caught:
-            log.warning("drain period over; unfinished jobs are given back")
+            log.warning(
+                "drain period over; results reported are recorded, unfinished jobs given back"
+            )
 
     def _snapshot(self, providers: Providers) -> dict[str, Any]:
         """This node's aggregates for the status page (``GET /v1/admin/status``)."""
@@ -814,9 +842,23 @@ def database_timeouts(config: Config) -> DatabaseTimeouts:
     )
 
 
-def prepare_database(url: str, config: Config, apply_migrations: bool = True) -> Config:
-    """Migrate (unless told not to) and resolve ``secret:`` references; returns the
-    configuration with them resolved. Blocking: runs in a worker thread.
+@dataclass(frozen=True, slots=True)
+class PreparedDatabase:
+    """What a node reads from its database before it serves: the configuration with
+    its ``secret:`` references resolved, and the thread grouping key
+    (:mod:`bothy_notify.push.grouping`). The repr shows neither."""
+
+    config: Config
+    grouping_key: str
+
+    def __repr__(self) -> str:
+        return "PreparedDatabase()"
+
+
+def prepare_database(url: str, config: Config, apply_migrations: bool = True) -> PreparedDatabase:
+    """Migrate (unless told not to), resolve ``secret:`` references and read the
+    thread grouping key (made and stored the first time: ``secrets.ensure``).
+    Blocking: runs in a worker thread.
 
     Raises:
         StoreError: the database cannot be reached or refused a statement.
@@ -829,10 +871,11 @@ def prepare_database(url: str, config: Config, apply_migrations: bool = True) ->
     try:
         if apply_migrations:
             migrate(conn)
-        if store_secret_names(config):
-            with conn.transaction():
-                return resolve_store_secrets(config, lambda name: secret_store.get(conn, name))
-        return config
+        with conn.transaction():
+            key = secret_store.ensure(conn, GROUPING_SECRET, new_grouping_key)
+            if store_secret_names(config):
+                config = resolve_store_secrets(config, lambda name: secret_store.get(conn, name))
+        return PreparedDatabase(config, key)
     finally:
         conn.close()
 
@@ -841,6 +884,7 @@ __all__ = [
     "ROLE_TABLE",
     "Daemon",
     "NodeAddresses",
+    "PreparedDatabase",
     "RoleFacts",
     "RoleSpec",
     "database_timeouts",

@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,17 @@ from bothy_notify.store.embedded import EmbeddedPostgres
 from bothy_notify.store.migrate import migrate
 
 TEST_DEADLINE = float(os.environ.get("BOTHY_TEST_DEADLINE", "60"))
-"""Seconds an async test (with its fixtures) may take before it fails."""
+"""Seconds an async test (with its fixtures) may take before it fails; a test marked
+``deadline(seconds)`` gets its own (never less)."""
 
 TEMPLATE = "bothy_template"
 
 
-def _run_with_deadline(async_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _run_with_deadline(
+    async_fn: Callable[..., Any], *args: Any, deadline: float = TEST_DEADLINE, **kwargs: Any
+) -> Any:
     async def bounded() -> Any:
-        with trio.fail_after(TEST_DEADLINE):
+        with trio.fail_after(deadline):
             return await async_fn(*args)
 
     return trio.run(bounded, **kwargs)
@@ -42,7 +46,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         fn = getattr(item, "obj", None)
         if fn is not None and inspect.iscoroutinefunction(fn):
-            item.add_marker(pytest.mark.trio(run=_run_with_deadline))
+            marker = item.get_closest_marker("deadline")
+            deadline = TEST_DEADLINE if marker is None else max(TEST_DEADLINE, marker.args[0])
+            item.add_marker(pytest.mark.trio(run=partial(_run_with_deadline, deadline=deadline)))
 
 
 @pytest.fixture(autouse=True)

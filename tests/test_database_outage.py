@@ -131,6 +131,7 @@ async def test_the_daemon_rides_out_a_database_outage_and_resumes_on_its_own(
         await wait_for(lambda: _sent(node, 2), timeout=15, what="the push after the outage")
         assert [s.payload["message_id"] for s in node.fake.sends] == ["m1", "m2"]
         assert {name: s.restarts for name, s in node.daemon.services.items()} == {
+            "memory": 0,
             "housekeeper": 0,
             "runner": 0,
             "round": 0,

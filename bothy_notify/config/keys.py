@@ -312,7 +312,21 @@ class NotifyConfig:
     )
     categories: tuple[str, ...] = field(default=(), metadata=_meta("app hint categories"))
     idempotency_window: timedelta = field(
-        default=_d("24h"), metadata=_meta("dedupe window of app hints", min=0, max=30 * 86_400)
+        default=_d("24h"),
+        metadata=_meta(
+            "dedupe window of app hints and of an edited message's mentions",
+            min=0,
+            max=30 * 86_400,
+        ),
+    )
+    group_mention_limit: int = field(
+        default=1000,
+        metadata=_meta(
+            "people a group mention (mention_groups all or here) may reach; a larger"
+            " audience gets nothing extra",
+            min=0,
+            max=1_000_000,
+        ),
     )
     kinds: Mapping[str, KindConfig] = field(
         default_factory=dict, metadata=_meta("kind catalogue entries by kind code")
@@ -329,7 +343,7 @@ class NotifyConfig:
         default_factory=dict,
         metadata=_meta(
             "urgency (low, normal, high) by kind code, over the defaults: security and"
-            " mention high, read and summary low, every other kind normal",
+            " mention high, read, removed and summary low, every other kind normal",
         ),
     )
 

@@ -173,6 +173,12 @@ class Metrics:
             "App hint recipients skipped because the same request reached them before.",
             registry=r,
         )
+        self.group_mentions_refused = Counter(
+            "bothy_group_mentions_refused",
+            "Group mentions (mention_groups all or here) whose audience was larger than"
+            " notify.group_mention_limit, so they added nobody.",
+            registry=r,
+        )
         self.events_appended = Counter(
             "bothy_events_appended", "Events appended through the HTTP API.", registry=r
         )

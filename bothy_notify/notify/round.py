@@ -535,6 +535,8 @@ class ConsumerRound:
             m.hints_coalesced.inc(outcome.folded)
         if outcome.deduplicated:
             m.hints_deduplicated.inc(outcome.deduplicated)
+        if outcome.group_mentions_refused:
+            m.group_mentions_refused.inc(outcome.group_mentions_refused)
         m.registration("invalidated", outcome.registrations_invalidated, cause="device_revoked")
         outcome.topics.record(m)
 

@@ -123,6 +123,9 @@ class PushMessage:
     """Unread threads of the person when the push is sent (``push.badge``); ``None``: off."""
     urgency: str | None = None
     """``low``, ``normal`` or ``high`` (the kind's, ``[notify.urgency]``)."""
+    group: str | None = None
+    """The thread's grouping value (:mod:`.grouping`: an HMAC, never the id) that
+    providers put where a phone groups a conversation; ``None``: no grouping."""
 
     def payload(self) -> dict[str, Any]:
         """The JSON payload: IDs as strings, absent members omitted (never null)."""
@@ -204,6 +207,8 @@ class ReadMessage:
     seq: int
     badge: int | None = None
     urgency: str | None = None
+    group: str | None = None
+    """The thread's grouping value (as :attr:`PushMessage.group`)."""
     kind = "read"
 
     def payload(self) -> dict[str, Any]:
@@ -227,6 +232,49 @@ class ReadMessage:
 
     def __repr__(self) -> str:
         return f"ReadMessage(seq={self.seq})"
+
+
+@dataclass(frozen=True, slots=True)
+class RemovedMessage:
+    """A deleted message's push (``notify.push_removed``): the device drops what it
+    shows of ``message_id`` and updates its badge. Content-free: ``{"kind":
+    "removed", "thread_id", "message_id", "badge"}`` (and the kind's ``urgency``).
+    Background style like :class:`ReadMessage` (APNs ``content-available``, priority
+    5, collapsed on the thread's grouping value; FCM data-only)."""
+
+    thread_id: str
+    message_id: str
+    badge: int | None = None
+    urgency: str | None = None
+    group: str | None = None
+    """The thread's grouping value (as :attr:`PushMessage.group`)."""
+    kind = "removed"
+
+    def payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": "removed",
+            "thread_id": self.thread_id,
+            "message_id": self.message_id,
+        }
+        if self.badge is not None:
+            out["badge"] = self.badge
+        if self.urgency is not None:
+            out["urgency"] = self.urgency
+        return out
+
+    def string_payload(self) -> dict[str, str]:
+        """The payload with every value a string (FCM data messages)."""
+        return {k: str(v) for k, v in self.payload().items()}
+
+    @property
+    def webhook_id(self) -> str:
+        """The Standard Webhooks message id: one per (thread, message), kept on
+        retries; a digest, never an id."""
+        digest = hashlib.sha256(f"{self.thread_id}\x00{self.message_id}".encode()).hexdigest()
+        return f"removed.{digest[:32]}"
+
+    def __repr__(self) -> str:
+        return "RemovedMessage()"
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,9 +308,9 @@ class SummaryMessage:
         return {k: str(v) for k, v in self.payload().items()}
 
 
-Message = PushMessage | TopicMessage | ReadMessage | SummaryMessage
+Message = PushMessage | TopicMessage | ReadMessage | RemovedMessage | SummaryMessage
 """What a provider sends: a hint (person mode), a topic push (topic mode), a clearing
-push or a quiet period's summary."""
+push, a deleted message's push or a quiet period's summary."""
 
 
 @fast_init

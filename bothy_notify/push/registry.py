@@ -11,6 +11,11 @@ not). A provider whose class sets ``bounds_every_send = True`` (APNs, FCM, Web
 Push: libcurl's timer ends every request) goes without it: the extra cancel
 scope per push was a measurable share of the CPU per push
 (``docs/performance.md``).
+
+A stop closes the door shortly before its drain period ends
+(:meth:`Providers.stop_sending_at`): from then on :meth:`Providers.try_send`
+starts no request, so the answers of the requests in flight are recorded
+before the period is over instead of being cut off by it.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ class Providers:
         self._single: dict[str, _Channel] = {}
         self._apps: dict[str, dict[str, _Channel]] = {}
         self.recent = RecentSends()
+        self._sending_until = math.inf
         for name, value in providers.items():
             if isinstance(value, Mapping):
                 self._apps[name] = {
@@ -136,22 +142,39 @@ class Providers:
             out.update({(name, app): int(c.limiter.borrowed_tokens) for app, c in apps.items()})
         return out
 
+    def stop_sending_at(self, when: float) -> None:
+        """From Trio time ``when`` on, :meth:`try_send` starts no request (it answers
+        ``None``, as when no permit frees): a stop's last moments are left to
+        recording what was sent. :meth:`send` is not affected."""
+        self._sending_until = when
+
     async def send(self, target: Target, message: Message) -> Outcome:
         """Send through the target's provider; an unconfigured provider or app is
         ``rejected``. Waits for a permit of the app's channel as long as it takes.
         """
-        outcome = await self.try_send(target, message, permit_wait=math.inf)
+        outcome = await self._route(target, message, math.inf, gated=False)
         assert outcome is not None
         return outcome
 
     async def try_send(
         self, target: Target, message: Message, *, permit_wait: float
     ) -> Outcome | None:
-        """Like :meth:`send`, but ``None`` when no permit frees within ``permit_wait`` s.
+        """Like :meth:`send`, but ``None`` when no permit frees within ``permit_wait`` s,
+        or when sending has stopped (:meth:`stop_sending_at`).
 
         The job runner uses this so that jobs of a stalled provider go back to
         the queue instead of holding the runner's slots, which every provider shares.
         """
+        return await self._route(target, message, permit_wait, gated=True)
+
+    def _stopped(self, gated: bool) -> bool:
+        return gated and trio.current_time() >= self._sending_until
+
+    async def _route(
+        self, target: Target, message: Message, permit_wait: float, *, gated: bool
+    ) -> Outcome | None:
+        if self._stopped(gated):
+            return None
         app: str | None = None
         channel = self._single.get(target.provider)
         if channel is None:
@@ -164,7 +187,7 @@ class Providers:
             if found is None:
                 return self._recorded(target.provider, None, Outcome.rejected("unknown_app"))
             channel, app = found, found.label
-        outcome = await self._send_on(channel, target, message, permit_wait)
+        outcome = await self._send_on(channel, target, message, permit_wait, gated)
         if outcome is not None:
             self.recent.record(target.provider, app, outcome.kind.value, outcome.reason)
         return outcome
@@ -174,7 +197,7 @@ class Providers:
         return outcome
 
     async def _send_on(
-        self, channel: _Channel, target: Target, message: Message, permit_wait: float
+        self, channel: _Channel, target: Target, message: Message, permit_wait: float, gated: bool
     ) -> Outcome | None:
         limiter = channel.limiter
         try:
@@ -183,6 +206,9 @@ class Providers:
             with trio.move_on_after(permit_wait) as waiting:
                 await limiter.acquire()
             if waiting.cancelled_caught:
+                return None
+            if self._stopped(gated):
+                limiter.release()
                 return None
         try:
             if channel.self_bounded:

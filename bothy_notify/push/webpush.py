@@ -28,8 +28,10 @@ One send (:meth:`WebPushProvider.send`):
    ``p256dh`` and HKDF with ``auth`` (``cryptography``), then the ``aes128gcm``
    content coding by ``http-ece`` (AES-128-GCM, one record);
 4. ``POST`` to the endpoint with ``TTL`` (``push.max_age``), ``Urgency`` (the
-   message's, else ``normal``), ``Topic`` (a base64url digest of the thread id
-   cut to 32 characters: pushes collapse by thread without naming it),
+   message's, else ``normal``), ``Topic`` (the thread's grouping value,
+   :mod:`.grouping`: an HMAC of the thread id under the server key, 32 base64url
+   characters: pushes of a thread collapse at the push service, which never learns
+   or can guess the id; a topic push's a digest of its topic),
    ``Content-Encoding: aes128gcm`` and ``Authorization: vapid t=<JWT>, k=<public
    key>``; the ES256 JWT has ``aud`` = the endpoint's origin, ``sub`` =
    ``push.webpush.subject`` and ``exp`` 12 hours ahead, and is cached per origin
@@ -444,11 +446,10 @@ def encrypt(content: bytes, p256dh: bytes, auth: bytes) -> bytes:
     return coded[:20] + bytes((len(as_public),)) + as_public + coded[21:]
 
 
-def topic_header(thread_or_topic: str | bytes) -> str:
-    """``Topic``: a base64url SHA-256 digest cut to 32 characters, so pushes of one
-    thread collapse at the push service while it never learns the thread id."""
-    raw = thread_or_topic.encode() if isinstance(thread_or_topic, str) else thread_or_topic
-    return b64url(hashlib.sha256(raw).digest())[:TOPIC_MAX]
+def topic_header(topic: bytes) -> str:
+    """A topic push's ``Topic``: a base64url SHA-256 digest of the topic cut to 32
+    characters (a push about a thread carries its grouping value instead)."""
+    return b64url(hashlib.sha256(topic).digest())[:TOPIC_MAX]
 
 
 def urgency_of(message: Message) -> str:
@@ -610,8 +611,10 @@ class WebPushProvider:
         ]
         if isinstance(message, TopicMessage):
             out.append(f"topic: {topic_header(message.topic)}")
-        elif message.thread_id is not None:
-            out.append(f"topic: {topic_header(message.thread_id)}")
+        else:
+            group = getattr(message, "group", None)
+            if group is not None:
+                out.append(f"topic: {group}")
         return out
 
     @staticmethod
