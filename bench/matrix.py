@@ -340,28 +340,36 @@ def notification(pushkey: str) -> dict[str, Any]:
     }
 
 
-async def send_batch(url: str, pushkeys: list[str], count: int, concurrency: int) -> int:
+async def send_batch(
+    url: str, pushkeys: list[str], count: int, concurrency: int
+) -> tuple[int, int]:
     """Post ``count`` notify requests, ``concurrency`` at a time; returns how many were
-    answered 200 with nothing rejected."""
+    answered 200 with nothing rejected, and how many got no answer (the connection
+    closed: counted, not retried)."""
     ok = 0
+    lost = 0
     left = count
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as client:
 
         async def worker() -> None:
-            nonlocal ok, left
+            nonlocal ok, left, lost
             while left > 0:
                 left -= 1
-                answer = await client.post(
-                    NOTIFY, json=notification(pushkeys[left % len(pushkeys)])
-                )
+                try:
+                    answer = await client.post(
+                        NOTIFY, json=notification(pushkeys[left % len(pushkeys)])
+                    )
+                except httpx.TransportError:
+                    lost += 1
+                    continue
                 if answer.status_code == 200 and answer.json() == {"rejected": []}:
                     ok += 1
 
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):
                 nursery.start_soon(worker)
-    return ok
+    return ok, lost
 
 
 def measure(
@@ -376,7 +384,7 @@ def measure(
         if args.profile and isinstance(gateway, Bothy)
         else None
     )
-    ok = trio.run(send_batch, gateway.url, pushkeys, args.requests, args.concurrency)
+    ok, lost = trio.run(send_batch, gateway.url, pushkeys, args.requests, args.concurrency)
     if isinstance(gateway, Bothy):
         deadline = time.monotonic() + 120
         while gateway.unfinished() and time.monotonic() < deadline:
@@ -389,6 +397,7 @@ def measure(
     load = (busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1])
     return {
         "pushes": ok,
+        "unanswered": lost,
         "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
         "pushes_per_s": round(ok / wall, 1),
