@@ -95,7 +95,7 @@ UNKNOWN_PERSON = Person(human=False, active=False, categories_off=frozenset())
 #
 # Every read reaches each table by its key, at any key count and table size, in a
 # form that leaves the planner no other choice (docs/performance.md, "decide at
-# scale"; tests/test_read_plans.py). It cannot count the keys of a JSON array: it
+# scale"; tests/notify/test_read_plans.py). It cannot count the keys of a JSON array: it
 # guesses 100 rows for the unpacked list and 10 elements for an array built from
 # it. Joined to the list as a plain table, a table of a few thousand rows (threads),
 # or one with many rows per key (follows), was scanned whole for every group, one

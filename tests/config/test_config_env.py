@@ -347,7 +347,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"bothy-notify {__version__}"
-    pyproject = tomlkit.parse((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    pyproject = tomlkit.parse((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert pyproject["project"]["version"] == __version__
 
 

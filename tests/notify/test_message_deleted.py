@@ -3,7 +3,7 @@ and what ``last_seq`` does to unread counts and badges; a read position never mo
 
 End to end: the producer's event -> the round -> ``GET /v1/notifications/unread``
 and the tables. What a deletion does to pending sends and to phones is in
-``tests/test_deleted_sends.py``.
+``tests/notify/test_deleted_sends.py``.
 """
 
 from __future__ import annotations
