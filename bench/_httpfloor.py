@@ -8,7 +8,8 @@ cost before any of the product's work:
   as JSON and answers a small JSON object (``bench/public_path.py``);
 - :func:`starlette_app`: a Starlette app of one ``POST`` route whose handler
   reads the body, parses it and answers with a ``JSONResponse``: what any
-  Hypercorn + Starlette service pays per request (``bench/matrix.py``).
+  Hypercorn + Starlette service pays per request (``bench/matrix.py``, and
+  ``bench/public_path.py`` through :func:`starlette_http_process`).
 
 Both are served in a process of their own by :func:`bare_http_process`,
 configured as the daemon's API server is (``bothy_notify.api.app.serve_api``);
@@ -97,3 +98,10 @@ def bare_http_process(
             pipe.send(binds[0].removeprefix("http://"))
 
     trio.run(main)
+
+
+def starlette_http_process(pipe: Connection) -> None:
+    """The floor of the daemon's API for ``bench/public_path.py``: :func:`starlette_app`
+    on ``POST /v1/events`` answering ``{"seqs": [1]}``, as a handler of the daemon's API
+    does around its work."""
+    bare_http_process(pipe, "starlette", "/v1/events", {"seqs": [1]})

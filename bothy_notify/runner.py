@@ -537,6 +537,13 @@ class JobRunner:
                     partial(self._claim, now=now, limit=limit, kinds=kinds),
                     transaction=False,  # the claim is one statement; the peek a read
                 )
+            except StoreUnavailable:
+                log.warning("claiming jobs failed; retrying once the database answers")
+                self._claim_failing = True
+                # As soon as another statement of the pool gets through (the database
+                # is back), not a whole poll interval later.
+                await self._db.answer_after(trio.current_time(), self._poll)
+                continue
             except StoreError:
                 log.warning("claiming jobs failed; retrying after the poll interval")
                 self._claim_failing = True

@@ -441,8 +441,15 @@ class Daemon:
         try:
             await db.open()
             if spec.round_and_runner or spec.gateway_jobs:
+                # Its direct connection only completes jobs: a completion a server crash
+                # loses runs the job again (at least once), so it need not wait for the
+                # WAL flush (store.connection, "Commits").
                 jobs_db = self.jobs_db = Database(
-                    url, pool_size=config.database.jobs_pool_size, name="jobs", timeouts=timeouts
+                    url,
+                    pool_size=config.database.jobs_pool_size,
+                    name="jobs",
+                    timeouts=timeouts,
+                    direct_asynchronous_commit=True,
                 )
                 await jobs_db.open()
             if spec.gateway and self._gateway_factory is not None:
@@ -818,6 +825,8 @@ class Daemon:
             catalogue=self.live_catalogue,
             registration_check=registration_check,
             status=self.status,
+            # Appends wake a round held here directly, not by NOTIFY (store.appender).
+            local_round=self.round,
             matrix=self._matrix_gateway(db, providers, registration_check),
         )
 
