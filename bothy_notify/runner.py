@@ -26,7 +26,9 @@ held by a handler waiting for room in the channel): an effect that already
 happened, such as a push the provider accepted, is never given back to run
 again. Only the jobs that never reported are given back, uncounted. If the
 database cannot be reached at that moment nothing can be recorded: those jobs
-run again when their lease ends (at least once, never lost).
+run again when their lease ends (at least once, never lost). A recording whose
+connection broke is written again on a fresh connection while its fences hold
+(:meth:`JobRunner._apply`); at a stop those retries end with the cleanup's bound.
 
 Fencing: a result applies only to the run that claimed the job. Each claim
 takes the job's next claim number (``Job.claim``), and every write about the
