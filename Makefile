@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= config/dev.toml
 
-.PHONY: run test lint typecheck unit contract autobahn install-check client-test browser bench soak failover migrate demo schemas clean
+.PHONY: run test lint typecheck unit contract autobahn interop install-check client-test browser bench soak failover migrate demo schemas clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,19 @@ contract: $(STAMP)
 ## the same cases run as a table test in `unit` (tests/gateway/compliance/test_autobahn_cases.py)
 autobahn: $(STAMP)
 	$(PY) -m tests.gateway.compliance.autobahn
+
+## interop: the Matrix push gateway against a real homeserver (tests/interop): matrix-synapse
+## (pinned in tests/interop/synapse.py) is installed from the package registry into its own
+## cached virtualenv (.interop/synapse), a homeserver on SQLite with two users, a pusher at the
+## daemon, a message, the fake APNs. Separate from `test` because the first install takes
+## minutes (Twisted, Synapse's crypto and database drivers); reruns reuse the virtualenv and
+## take about a minute. .ci/run runs it after `make test`. The deadline covers Synapse's start.
+INTEROP_DEADLINE ?= 600
+INTEROP_INSTALL_TIMEOUT ?= 1800
+interop: $(STAMP)
+	timeout $(INTEROP_INSTALL_TIMEOUT) $(PY) -m tests.interop.synapse
+	BOTHY_INTEROP=1 BOTHY_TEST_DEADLINE=$(INTEROP_DEADLINE) timeout $$(( $(INTEROP_DEADLINE) + 120 )) \
+		$(PY) -m pytest -q -n 0 -p no:cacheprovider --timeout $(INTEROP_DEADLINE) tests/interop
 
 ## install-check: build the sdist and the wheel, install the wheel without extras in a fresh
 ## virtualenv, and from another directory run check-config, run (embedded PostgreSQL), one
@@ -116,5 +129,5 @@ failover: $(STAMP)
 	$(PY) bench/failover.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .autobahn
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .autobahn .interop
 	rm -rf $(CLIENT)/node_modules $(CLIENT)/dist $(CLIENT)/build

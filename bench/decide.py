@@ -39,9 +39,19 @@ evaluates for each of them in every group it decides. Reported: the CPU per job
 ``--batch 1`` is the worst case (a round per message, so an evaluation per
 quiet recipient per message).
 
+``--mention-all`` measures what a group mention costs the round (issue 33):
+``--rounds`` alternations, in one database, of a round over ``--events`` plain
+messages to a thread that the ``--followers`` members of a space follow at level
+``all`` (``plain``) and one over as many messages to another thread of that space,
+which nobody follows, each with ``mention_groups: ["all"]`` (``all``: the round
+reads the thread's members and mentions each). Every member has a phone, so
+each recipient is one job; reported: the CPU per recipient (this process +
+PostgreSQL) of each and their ratio. ``--followers 1000`` is the space of 1,000
+members of the issue.
+
 Usage: .venv/bin/python bench/decide.py [--events N] [--followers F] [--threads T]
        [--batch B] [--profile FILE] [--scale [--people P] [--follows F]] [--explain]
-       [--quiet [--rounds R]]
+       [--quiet [--rounds R]] [--mention-all [--rounds R]]
 """
 
 from __future__ import annotations
@@ -387,6 +397,108 @@ def quiet_runs(args: argparse.Namespace, threads: int) -> None:
     )
 
 
+GROUP_MODES = ("plain", "all")
+
+
+def seed_space(url: str, members: int, batch: int) -> None:
+    """``members`` people (a phone each) in one space with two threads: ``followed``,
+    which all of them follow at level ``all``, and ``quiet``, which nobody follows."""
+    people = [f"user{i}" for i in range(members)]
+    setup: list[tuple[str, dict[str, object]]] = [
+        ("thread.upserted", {"thread_id": "followed", "space_id": "space"}),
+        ("thread.upserted", {"thread_id": "quiet", "space_id": "space"}),
+    ]
+    for user in people:
+        setup.append(("user.upserted", {"user_id": user, "kind": "human", "active": True}))
+        setup.append(("member.added", {"user_id": user, "scope_id": "space"}))
+        setup.append(
+            ("thread.followed", {"user_id": user, "thread_id": "followed", "level": "all"})
+        )
+    now = datetime.now(UTC)
+    with psycopg.connect(url) as conn:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO bothy.push_registrations (id, user_id, device_id, provider, token,"
+                " created_at, renewed_at) VALUES (%s, %s, %s, 'fake', %s, %s, %s)",
+                [(f"reg-{u}", u, f"phone-{u}", f"token-{u}", now, now) for u in people],
+            )
+        append(conn, setup)
+        conn.commit()
+        run_round(url, batch)
+
+
+def group_messages(mode: str, first: int, events: int) -> list[tuple[str, dict[str, object]]]:
+    """``events`` messages of ``mode``: to ``followed`` without mentions, or to
+    ``quiet`` with ``mention_groups: ["all"]``."""
+    thread = "followed" if mode == "plain" else "quiet"
+    out: list[tuple[str, dict[str, object]]] = []
+    for m in range(first, first + events):
+        payload: dict[str, object] = {
+            "thread_id": thread,
+            "message_id": f"m{m}",
+            "thread_seq": m + 1,
+            "author_id": "author",
+            "mentions": [],
+        }
+        if mode == "all":
+            payload["mention_groups"] = ["all"]
+        out.append(("message.created", payload))
+    return out
+
+
+def group_mention_runs(args: argparse.Namespace) -> None:
+    """``--mention-all``: the round's CPU per recipient of plain messages to a thread
+    its space follows and of ``all`` mentions in a thread nobody follows,
+    alternated in one database."""
+    members = args.followers
+    runs: list[tuple[str, Timed, int]] = []
+    with bench_database() as url:
+        postmaster = postgres_pid(url)
+        seed_space(url, members, args.batch)
+        sent = 0
+        for _ in range(args.rounds):
+            for mode in GROUP_MODES:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute("DELETE FROM bothy.jobs")
+                    conn.execute("VACUUM ANALYZE bothy.jobs")
+                append_messages(url, group_messages(mode, sent, args.events))
+                sent += args.events
+                timed, consumed, jobs = run_round(url, args.batch, postmaster)
+                assert consumed == args.events and jobs == args.events * members, (consumed, jobs)
+                runs.append((mode, timed, jobs))
+                here, pg = timed.cpu * 1e6 / jobs, timed.pg_cpu * 1e6 / jobs
+                print(
+                    f"  {mode:>5}: {here + pg:.1f} us CPU per recipient ({here:.1f} here +"
+                    f" {pg:.1f} PostgreSQL), {jobs / timed.wall:,.0f} recipients/s",
+                    flush=True,
+                )
+    figures = {}
+    for mode in GROUP_MODES:
+        mine = [(t, j) for m, t, j in runs if m == mode]
+        jobs = sum(j for _, j in mine)
+        figures[mode] = (
+            sum(t.cpu for t, _ in mine) * 1e6 / jobs,
+            sum(t.pg_cpu for t, _ in mine) * 1e6 / jobs,
+        )
+    base = sum(figures["plain"])
+    print(
+        f"the round over messages to {members} recipients ({args.rounds} alternations of"
+        f" {args.events} messages, batch {args.batch}):"
+    )
+    for mode, (here, pg) in figures.items():
+        print(f"  {mode:>5}: {here + pg:.1f} us CPU per recipient, ratio {(here + pg) / base:.3f}")
+    report(
+        "decide_mention_all",
+        **{f"cpu_us_per_recipient_{m}": round(sum(f), 2) for m, f in figures.items()},
+        **{f"postgres_cpu_us_per_recipient_{m}": round(f[1], 2) for m, f in figures.items()},
+        ratio_all=round(sum(figures["all"]) / base, 3),
+        rounds=args.rounds,
+        events=args.events,
+        members=members,
+        batch=args.batch,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20_000)
@@ -402,12 +514,20 @@ def main() -> None:
         "--burst-threads", type=int, default=60, help="threads of the --explain burst"
     )
     parser.add_argument("--quiet", action="store_true", help="what quiet hours cost the round")
-    parser.add_argument("--rounds", type=int, default=3, help="alternations with --quiet")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternations with --quiet or --mention-all"
+    )
+    parser.add_argument(
+        "--mention-all", action="store_true", help="what a group mention costs the round"
+    )
     args = parser.parse_args()
     threads = args.threads or (Scale.threads if args.scale else 500)
     print(f"machine: {machine()}, load {os.getloadavg()[0]:.2f}")
     if args.quiet:
         quiet_runs(args, threads)
+        return
+    if args.mention_all:
+        group_mention_runs(args)
         return
     scale_figures: dict[str, object] = {}
     with bench_database() as url:

@@ -97,7 +97,7 @@ from bench._common import machine, report
 from bench._daemon import KEY, BenchDaemon, add_code_argument, daemon_env
 from bothy_notify.auth import mint_token
 from bothy_notify.store.migrate import migrate
-from testkit.daemon import write_settings
+from testkit.daemon import cluster_node_settings, write_settings
 from testkit.ws import PING, Closed, GatewayClient, ProtocolError
 
 TTL = 20
@@ -546,33 +546,9 @@ class ReadySampler:
 
 
 def bothy_node(name: str, workdir: Path, url: str, env: dict[str, str]) -> BenchDaemon:
-    config = "\n".join(
-        [
-            "[server]",
-            'role = "all"',
-            'api_listen = "127.0.0.1:0"',
-            'gateway_listen = "127.0.0.1:0"',
-            'drain_period = "5s"',
-            "[cluster]",
-            'mode = "multi"',
-            "[database]",
-            'url = "env:BOTHY_BENCH_DATABASE"',
-            "[[auth.keys]]",
-            'algorithm = "HS256"',
-            'key = "env:BOTHY_BENCH_KEY"',
-            "[sync]",
-            'heartbeat = "10s"',
-            "[notify]",
-            'coalesce_window = "0s"',
-            "[push.fake]",
-            f'record_file = "{workdir / (name + "-pushes.jsonl")}"',
-            "keep = 0",
-            "[log]",
-            'level = "warning"',
-        ]
-    )
+    config = cluster_node_settings(workdir / f"{name}-pushes.jsonl", fake_keep=0)
     return BenchDaemon(
-        config_file=write_settings(workdir / f"{name}.toml", config + "\n"),
+        config_file=write_settings(workdir / f"{name}.toml", config),
         log_file=workdir / f"{name}.log",
         env={"BOTHY_BENCH_DATABASE": url, **env},
         cwd=workdir,

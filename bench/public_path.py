@@ -21,10 +21,17 @@ Phases, in this order (figures of the closing JSON line in brackets):
 
 (f) Floors, before the daemon has work: a bare Hypercorn POST (a trivial ASGI
     app answering a JSON POST, served by Hypercorn's Trio worker in its own
-    process, fed by the same producer at ``--rate`` and at ``--high-rate``) and
-    a bare wsproto ping/pong (``bench/_wsfloor.py``: a minimal wsproto server
+    process, fed by the same producer at ``--rate`` and at ``--high-rate``), the
+    same POST through Starlette on Hypercorn (one route that reads the JSON body
+    and answers a ``JSONResponse``: what the daemon's API is built on), and a
+    bare wsproto ping/pong (``bench/_wsfloor.py``: a minimal wsproto server
     process, pinged by the same clients at the ping rate of the measured
-    phase): CPU per request of those processes [``bare_http_*``, ``bare_ping_*``].
+    phase): CPU per request of those processes [``bare_http_*``,
+    ``starlette_http_*``, ``bare_ping_*``]. The Starlette floor stays up: after
+    phases (a) and (c) it is fed again at the rate that phase reached, from as
+    many connections, so each phase's daemon CPU per POST has a floor of the
+    same run at the same rate [``few_floor_*``, ``high_floor_*``, and
+    ``*_ratio_to_floor``].
 (a) ``--few`` (10) following desktops connected; ``--rate`` (200) events/s for
     ``--seconds``, over their threads [``few_*``].
 (s) The storm: the other connections (``--connections`` in all, 19,000) all
@@ -49,9 +56,14 @@ Phases, in this order (figures of the closing JSON line in brackets):
 (c) ``--high-rate`` (2,000) events/s from ``--high-producers`` (4) connections
     for ``--high-seconds`` (30), everything still connected [``high_*``].
 
+With ``--processes N`` the daemon runs ``server.processes = N`` node processes
+(one command; the kernel spreads connections over them), and its CPU is theirs
+and the parent's together.
+
 Usage: .venv/bin/python bench/public_path.py [--connections N] [--followers F]
        [--rate R] [--seconds S] [--high-rate R2] [--high-seconds S2]
-       [--client-processes P] [--skip PHASES] [--profile DIR]
+       [--client-processes P] [--processes N] [--skip PHASES] [--profile DIR]
+       [--code DIR]  (the daemon runs that source tree: a before/after in one sitting)
 """
 
 from __future__ import annotations
@@ -87,8 +99,9 @@ from bench._common import (
     process_cpu,
     raise_file_limit,
     report,
+    tree_cpu,
 )
-from bench._daemon import KEY, BenchDaemon, bench_daemon
+from bench._daemon import KEY, BenchDaemon, add_code_argument, bench_daemon, daemon_env
 from bench._wsfloor import floor_process
 from bothy_notify.auth import mint_token
 from testkit.ws import ABNORMAL, OPCODE_TEXT, PING, Closed, GatewayClient
@@ -395,9 +408,11 @@ def producer_process(
     """Post this producer's share of a phase, one event per request: the k-th of the
     phase (k = share, share + producers, ...) due at ``start + k / rate``. Sends back
     (message id, sent, answered, status) per request."""
-    conn = KeepAlive(address)
     pipe.send("ready")
     start: float = pipe.recv()
+    # Connected once every producer is ready: on a loaded machine their start can take
+    # longer than a server's keep-alive timeout, which would close an idle connection.
+    conn = KeepAlive(address)
     rate, threads, first_seq = plan["rate"], plan["threads"], plan["first_seq"]
     out: list[tuple[str, float, float, int]] = []
     # A producer that falls behind stops at the phase's end plus this much: what it
@@ -492,14 +507,49 @@ def bare_http_process(pipe: Connection) -> None:
     trio.run(main)
 
 
+def starlette_http_process(pipe: Connection) -> None:
+    """The floor of the daemon's API: Starlette on Hypercorn's Trio worker (configured as
+    :func:`bare_http_process`), one POST route that reads the JSON body and answers a
+    small ``JSONResponse``, as a handler of the daemon's API does around its work."""
+    from hypercorn.config import Config as HypercornConfig
+    from hypercorn.trio import serve
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def post(request: Request) -> JSONResponse:
+        json.loads(await request.body())
+        return JSONResponse({"seqs": [1]})
+
+    app = Starlette(routes=[Route("/v1/events", post, methods=["POST"])])
+    config = HypercornConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.errorlog = None
+    config.keep_alive_max_requests = 1_000_000
+
+    async def serve_app(*, task_status: trio.TaskStatus[list[str]]) -> None:
+        served: Any = app
+        await serve(served, config, task_status=task_status)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(serve_app)
+            pipe.send(binds[0].removeprefix("http://"))
+
+    trio.run(main)
+
+
 # -- the run ---------------------------------------------------------------------------
 
 
-def daemon_config(data_dir: Path) -> str:
+def daemon_config(data_dir: Path, processes: int = 1) -> str:
     return "\n".join(
         [
             "[server]",
             'role = "all"',
+            f"processes = {processes}",
             'api_listen = "127.0.0.1:0"',
             'gateway_listen = "127.0.0.1:0"',
             "[database]",
@@ -531,6 +581,8 @@ class Run:
         self.first_seq = 1
         self.out: dict[str, Any] = {}
         self.profiles: list[str] = []
+        self.floor: tuple[Any, str] | None = None
+        """The Starlette floor's process and address while it is up."""
 
     # processes
 
@@ -581,12 +633,18 @@ class Run:
 
     def start_daemon(self) -> None:
         data_dir = self.workdir / "pg"
-        self.node = bench_daemon(self.workdir, daemon_config(data_dir), {"BOTHY_BENCH_KEY": KEY})
+        self.node = bench_daemon(
+            self.workdir, daemon_config(data_dir, self.args.processes), daemon_env(self.args)
+        )
         self.node.start_sync(timeout=300)
         with open(data_dir / "postmaster.pid", encoding="ascii") as pidfile:
             self.postmaster = int(pidfile.readline())
 
     def stop(self) -> None:
+        if self.floor is not None:
+            self.floor[0].kill()
+            self.floor[0].join()
+            self.floor = None
         for pipe, proc in self.clients:
             with contextlib.suppress(Exception):
                 pipe.send(("stop",))
@@ -606,7 +664,15 @@ class Run:
 
     def daemon_cpu(self) -> tuple[float, float]:
         assert self.node is not None and self.postmaster is not None
-        return process_cpu(self.node.pid), postgres_cpu(self.postmaster)
+        return self.node_cpu(), postgres_cpu(self.postmaster)
+
+    def node_cpu(self) -> float:
+        """CPU seconds of the daemon so far: its process, and with ``--processes`` N > 1
+        its node processes too (the parent's children)."""
+        assert self.node is not None
+        if self.args.processes > 1:
+            return tree_cpu(self.node.pid)
+        return process_cpu(self.node.pid)
 
     @contextlib.contextmanager
     def profiled(self, phase: str) -> Iterator[None]:
@@ -775,9 +841,7 @@ class Run:
 
     def ping_windows(self, label: str, window: float, rounds: int) -> dict[str, Any]:
         """Alternate windows pinging and holding back; CPU per ping of ``cpu``."""
-        assert self.node is not None
-        pid = self.node.pid
-        return self._ping_windows(label, window, rounds, lambda: process_cpu(pid))
+        return self._ping_windows(label, window, rounds, self.node_cpu)
 
     def _ping_windows(self, label: str, window: float, rounds: int, cpu: Any) -> dict[str, Any]:
         on_cpu = off_cpu = on_time = off_time = 0.0
@@ -811,6 +875,51 @@ class Run:
         )
         return figures
 
+    def _start_floor(self, target: Any) -> tuple[Any, str]:
+        pipe, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=target, args=(child,), daemon=True)
+        proc.start()
+        address: str = pipe.recv()
+        return proc, address
+
+    def _floor_post(
+        self, pid: int, address: str, rate: float, seconds: float, producers: int
+    ) -> tuple[float, float | None, int, int]:
+        """A floor server fed ``rate`` POSTs/s: (CPU us per request, POST p50 ms,
+        answered 200, sent)."""
+        c0 = process_cpu(pid)
+        records, _ = self.produce(address, rate, seconds, producers, "bare", [0], 1)
+        c1 = process_cpu(pid)
+        ok = sum(1 for r in records if r[3] == 200)
+        posts = [(a - s) * 1000 for _m, s, a, _st in records]
+        return round((c1 - c0) / max(1, ok) * 1e6, 1), percentile(posts, 0.5), ok, len(records)
+
+    def floor_at(self, label: str, figures: dict[str, Any], producers: int) -> None:
+        """The Starlette floor fed at the rate phase ``label`` reached, from as many
+        connections: its CPU per request is that phase's floor (the same run, the
+        same rate)."""
+        if self.floor is None:
+            self.floor = self._start_floor(starlette_http_process)
+        proc, address = self.floor
+        rate = figures["achieved_rate"]
+        if not rate:
+            return
+        cpu, p50, ok, sent = self._floor_post(
+            proc.pid, address, rate, _floor_seconds(rate), producers
+        )
+        prefix = "" if label == "b" else {"a": "few_", "c": "high_"}[label]
+        self.out[f"{prefix}floor_cpu_us_per_post"] = cpu
+        self.out[f"{prefix}floor_post_p50_ms"] = p50
+        self.out[f"{prefix}floor_rate"] = rate
+        ratio = round(figures["daemon_cpu_us_per_post"] / max(cpu, 1e-9), 2)
+        self.out[f"{prefix}daemon_cpu_us_per_post_ratio_to_floor"] = ratio
+        print(
+            f"  ({label}) floor: Hypercorn + Starlette at {rate:g}/s ({producers}"
+            f" connection(s)): {cpu} us of CPU per request, p50 {p50} ms ({ok}/{sent});"
+            f" the daemon's CPU per POST is {ratio}x that",
+            flush=True,
+        )
+
     def storm(self, rest: list[tuple[int, bool]]) -> None:
         """(s) ``rest`` connecting at once."""
         assert self.node is not None and self.node.gateway is not None
@@ -835,34 +944,35 @@ class Run:
         )
 
     def floors(self) -> None:
-        """(f) the bare Hypercorn POST and the bare wsproto ping/pong."""
+        """(f) the bare Hypercorn POST, the Starlette POST (kept up for the floors of
+        the phases, :meth:`floor_at`) and the bare wsproto ping/pong."""
         args = self.args
-        pipe, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=bare_http_process, args=(child,), daemon=True)
-        proc.start()
-        address = pipe.recv()
-        for field, rate, producers in [
-            ("", args.rate, 1),
-            ("high_", args.high_rate, args.high_producers),
+        for name, target in [
+            ("bare_http", bare_http_process),
+            ("starlette_http", starlette_http_process),
         ]:
-            if rate <= 0:
-                continue
-            seconds = max(2.0, min(5.0, 1000 / rate * 5))
-            c0 = process_cpu(proc.pid)
-            records, _ = self.produce(address, rate, seconds, producers, "bare", [0], 1)
-            c1 = process_cpu(proc.pid)
-            ok = sum(1 for r in records if r[3] == 200)
-            posts = [(a - s) * 1000 for _m, s, a, _st in records]
-            self.out[f"bare_http_{field}cpu_us_per_post"] = round((c1 - c0) / ok * 1e6, 1)
-            self.out[f"bare_http_{field}post_p50_ms"] = percentile(posts, 0.5)
-            print(
-                f"  (f) bare Hypercorn POST at {rate:g}/s ({producers} connection(s)):"
-                f" {self.out[f'bare_http_{field}cpu_us_per_post']} us of CPU per request,"
-                f" p50 {self.out[f'bare_http_{field}post_p50_ms']} ms ({ok}/{len(records)})",
-                flush=True,
-            )
-        proc.kill()
-        proc.join()
+            proc, address = self._start_floor(target)
+            for field, rate, producers in [
+                ("", args.rate, 1),
+                ("high_", args.high_rate, args.high_producers),
+            ]:
+                if rate <= 0:
+                    continue
+                seconds = max(2.0, min(5.0, 1000 / rate * 5))
+                cpu, p50, ok, sent = self._floor_post(proc.pid, address, rate, seconds, producers)
+                self.out[f"{name}_{field}cpu_us_per_post"] = cpu
+                self.out[f"{name}_{field}post_p50_ms"] = p50
+                what = "bare Hypercorn" if name == "bare_http" else "Hypercorn + Starlette"
+                print(
+                    f"  (f) {what} POST at {rate:g}/s ({producers} connection(s)):"
+                    f" {cpu} us of CPU per request, p50 {p50} ms ({ok}/{sent})",
+                    flush=True,
+                )
+            if name == "starlette_http":
+                self.floor = (proc, address)
+            else:
+                proc.kill()
+                proc.join()
 
         pipe, child = self.ctx.Pipe()
         ping_rate = args.connections / 30.0  # the default sync.heartbeat
@@ -886,6 +996,11 @@ class Run:
             proc.kill()
         self.out["bare_ping_cpu_us_per_ping"] = figures.get("cpu_us_per_ping")
         self.out["bare_ping_connections"] = got["live"]
+
+
+def _floor_seconds(rate: float) -> float:
+    """How long a phase's floor is fed: about 1,000 requests, 3 to 10 seconds."""
+    return max(3.0, min(10.0, 1000 / max(rate, 1e-9)))
 
 
 def _alive(pid: int) -> bool:
@@ -921,6 +1036,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         if "a" not in skip:
             few_figures = bench.latency_phase("a", "a", args.rate, args.seconds, 1, few)
             out.update({f"few_{k}": v for k, v in few_figures.items()})
+            bench.floor_at("a", few_figures, 1)
 
         rest = [(i, i < args.followers) for i in range(len(few), args.connections)]
         out["connections"] = got["live"]
@@ -957,6 +1073,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 "c", "c", args.high_rate, args.high_seconds, args.high_producers, followers
             )
             out.update({f"high_{k}": v for k, v in figures.items()})
+            bench.floor_at("c", figures, args.high_producers)
         stats = bench.ask("stats")
         out["closed_by_server"] = {
             code: sum(s["closes"].get(code, 0) for s in stats)
@@ -994,6 +1111,9 @@ def main() -> None:
     parser.add_argument("--high-seconds", type=float, default=30.0)
     parser.add_argument("--high-producers", type=int, default=4)
     parser.add_argument("--client-processes", type=int, default=4)
+    parser.add_argument(
+        "--processes", type=int, default=1, help="server.processes of the daemon (node processes)"
+    )
     parser.add_argument("--storm-concurrency", type=int, default=800)
     parser.add_argument("--ping-window", type=float, default=5.0)
     parser.add_argument(
@@ -1004,6 +1124,7 @@ def main() -> None:
     parser.add_argument(
         "--profile", metavar="DIR", help="py-spy the daemon in each phase (DIR/PHASE.txt)"
     )
+    add_code_argument(parser)
     args = parser.parse_args()
     args.skip = args.skip.replace(",", "")
     limit = raise_file_limit()

@@ -74,7 +74,7 @@ from bench._common import bench_database, machine, report
 from bench._daemon import KEY, BenchDaemon
 from bench._history import PushJob, Send, Stop, check, followers_of
 from bothy_notify.auth import mint_token
-from testkit.daemon import write_settings
+from testkit.daemon import cluster_node_settings, write_settings
 from testkit.ws import PING, Closed, GatewayClient
 
 TARGET_PCT = 5.0
@@ -127,31 +127,7 @@ class Node(BenchDaemon):
         if unknown:
             raise SystemExit(f"unknown variant word(s) {sorted(unknown)} in {variant!r}")
         records = workdir / f"{name}-pushes.jsonl"
-        config = "\n".join(
-            [
-                "[server]",
-                'role = "all"',
-                'api_listen = "127.0.0.1:0"',
-                'gateway_listen = "127.0.0.1:0"',
-                'drain_period = "5s"',
-                "[cluster]",
-                'mode = "multi"',
-                "[database]",
-                'url = "env:BOTHY_BENCH_DATABASE"',
-                "pool_size = 10",
-                "[[auth.keys]]",
-                'algorithm = "HS256"',
-                'key = "env:BOTHY_BENCH_KEY"',
-                "[sync]",
-                'heartbeat = "10s"',
-                "[notify]",
-                'coalesce_window = "0s"',
-                "[push.fake]",
-                f'record_file = "{records}"',
-                "[log]",
-                'level = "warning"',
-            ]
-        )
+        config = cluster_node_settings(records, database={"pool_size": 10})
         trace_file = workdir / f"{name}-memtrace.json"
         env = {"BOTHY_BENCH_DATABASE": url, "BOTHY_BENCH_KEY": KEY}
         if "trace" in words or (trace and "notrace" not in words):
@@ -161,7 +137,7 @@ class Node(BenchDaemon):
         if "arena2" in words:
             env["MALLOC_ARENA_MAX"] = "2"
         super().__init__(
-            config_file=write_settings(workdir / f"{name}.toml", config + "\n"),
+            config_file=write_settings(workdir / f"{name}.toml", config),
             log_file=workdir / f"{name}.log",
             env=env,
             cwd=workdir,

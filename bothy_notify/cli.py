@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import signal
@@ -121,9 +122,19 @@ def _parser() -> argparse.ArgumentParser:
     push = sub.add_parser("push", help="push provider tools")
     push_sub = push.add_subparsers(dest="push_command", required=True, metavar="ACTION")
     push_test = push_sub.add_parser(
-        "test", parents=[common], help="send a test hint to every device of a person"
+        "test",
+        parents=[common],
+        help="send a test hint to every device of a person, or a test push to a Matrix pushkey",
     )
-    push_test.add_argument("--user", required=True)
+    whom = push_test.add_mutually_exclusive_group(required=True)
+    whom.add_argument("--user", help="every active registration of this person")
+    whom.add_argument(
+        "--matrix-app", help="a Matrix app id of [matrix_gateway] apps (with --pushkey)"
+    )
+    push_test.add_argument("--pushkey", help="the pusher's pushkey (with --matrix-app)")
+    push_test.add_argument(
+        "--data", help="the pusher's data as JSON (a Web Push app's keys; with --matrix-app)"
+    )
 
     events = sub.add_parser("events", help="the event log: dead letters")
     events_sub = events.add_subparsers(dest="events_command", required=True, metavar="ACTION")
@@ -176,6 +187,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             print(f"bothy-notify: {exc}", file=sys.stderr)
             return EXIT_FAILED
     if args.command == "check-config":
+        from bothy_notify.matrix import apps as matrix_apps
         from bothy_notify.notify.kinds_dir import load_catalogue
         from bothy_notify.push import providers
 
@@ -193,6 +205,11 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             + (f", {processes} processes" if processes > 1 else ""),
             file=out,
         )
+        try:
+            matrix_routes = matrix_apps.routes(config)
+        except ConfigError as exc:
+            print(f"bothy-notify: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         for name in providers.configured(config.push):
             apps = [app for app, _key, _settings in providers.entry(name).apps(config.push)]
             named = ", ".join(a for a in apps if a is not None)
@@ -200,6 +217,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
                 f"{note}provider {name}: " + (f"apps {named}" if named else "one app"),
                 file=out,
             )
+        for matrix_app, route in matrix_routes.items():
+            where = route.provider + (f" app {route.app_id}" if route.app_id else "")
+            where += f" ({route.environment})" if route.environment else ""
+            print(f"{note}matrix gateway app {matrix_app}: {where}", file=out)
         if skipped:
             print(
                 f"{note}not checked here (read from the secret store at run): "
@@ -252,7 +273,18 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         if args.command == "secret":
             return commands.secret_set_command(config, args.name, sys.stdin, out)
         if args.command == "push":
-            return commands.push_test_command(config, args.user, out)
+            if args.matrix_app is None:
+                return commands.push_test_command(config, args.user, out)
+            if not args.pushkey:
+                print("bothy-notify: push test --matrix-app needs --pushkey", file=sys.stderr)
+                return EXIT_USAGE
+            data = _json_object(args.data)
+            if data is None and args.data is not None:
+                print("bothy-notify: --data: expected a JSON object", file=sys.stderr)
+                return EXIT_USAGE
+            return commands.push_test_matrix_command(
+                config, args.matrix_app, args.pushkey, data, out
+            )
         if args.command == "vapid":
             return commands.vapid_generate_command(config, args.name, out)
         if args.command == "events" and args.events_command == "dead-letters":
@@ -270,6 +302,17 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         print(f"bothy-notify: {exc}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_USAGE
+
+
+def _json_object(text: str | None) -> dict[str, object] | None:
+    """``--data``'s JSON object (``None``: not given, or not an object)."""
+    if text is None:
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def _check_processes(value: int | None) -> str | None:

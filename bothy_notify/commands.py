@@ -309,6 +309,86 @@ def push_test_command(config: Config, user_id: str, out: TextIO) -> int:
     return 0 if delivered == len(results) else 1
 
 
+MATRIX_TEST_EVENT = "$bothy-push-test"
+"""The event id of ``push test --matrix-app``'s push (the app fetches nothing for it)."""
+
+
+def push_test_matrix_command(
+    config: Config, matrix_app: str, pushkey: str, data: dict[str, object] | None, out: TextIO
+) -> int:
+    """``bothy-notify push test --matrix-app APP --pushkey KEY [--data JSON]``: send one
+    content-free test push to a pushkey the way the Matrix push gateway would
+    (``[matrix_gateway] apps``' route for ``APP``; ``data`` as the pusher's, for a
+    Web Push app's keys) and say what happened, and whether the gateway's answer
+    would list the pushkey in ``rejected``. Writes nothing: the gateway's
+    registration of the pushkey, if any, is left as it is. Exit status 0 only
+    when delivered.
+    """
+    from bothy_notify.config import resolve_store_secrets, store_secret_names
+    from bothy_notify.matrix import apps as matrix_apps
+    from bothy_notify.push.port import MatrixMessage, Refusal
+
+    if config.matrix_gateway is None:
+        raise CommandError("[matrix_gateway] is not configured; no Matrix app to test")
+    if store_secret_names(config):
+        with database_url(config, out) as url:
+            conn = connect_dedicated(url, autocommit=False)
+            try:
+                migrate(conn)
+                with conn.transaction():
+                    config = resolve_store_secrets(config, lambda n: secret_store.get(conn, n))
+            finally:
+                conn.close()
+    routes = matrix_apps.routes(config)
+    route = routes.get(matrix_app)
+    if route is None:
+        known = ", ".join(sorted(routes)) or "none"
+        raise CommandError(f"not an app of [matrix_gateway] apps (configured: {known})")
+    entry = provider_table.entry(route.provider)
+    assert entry.pushkey is not None  # routes() checked it
+    found = entry.pushkey(pushkey, data, route.environment)
+    if isinstance(found, Refusal):
+        print(
+            f"app {matrix_app} ({route.provider}): the pushkey can never be valid"
+            f" ({found.field}: {found.problem}); the gateway lists it in rejected",
+            file=out,
+        )
+        return 1
+    providers = Providers(
+        provider_table.build(config.push, dev=False), max_in_flight=config.push.max_in_flight
+    )
+    target = Target(
+        registration_id="push-test",
+        user_id=route.owner,
+        provider=route.provider,
+        token=found.token,
+        platform="web",
+        environment=found.environment,
+        app_id=route.app_id,
+        signing_key=found.secret,
+        max_attempts=config.push.max_attempts,
+        expires_at=found.expires_at,
+    )
+    message = MatrixMessage(MATRIX_TEST_EVENT, None, unread=None, urgency="normal")
+
+    async def send() -> Outcome:
+        try:
+            return await providers.send(target, message)
+        finally:
+            with trio.CancelScope(shield=True):
+                await providers.aclose()
+
+    outcome = trio.run(send)
+    app = f", app {route.app_id}" if route.app_id else ""
+    print(
+        f"app {matrix_app} ({route.provider}{app}): {describe_outcome(route.provider, outcome)}",
+        file=out,
+    )
+    listed = "yes" if outcome.kind is OutcomeKind.DEAD else "no"
+    print(f"the gateway would list this pushkey in rejected: {listed}", file=out)
+    return 0 if outcome.kind is OutcomeKind.DELIVERED else 1
+
+
 def _app_of(providers: Providers, registration: regs.Registration) -> str:
     """The configured app a registration's sends go to ("" for a provider without apps;
     a registration naming no configured app says so without echoing its app_id)."""

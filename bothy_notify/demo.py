@@ -16,7 +16,10 @@ timeline a newcomer can follow:
    ``push.clear_delay`` to drop its notification;
 6. a quiet period: alex snoozes (``PUT /v1/quiet-hours``), the desktop's hints
    say ``quiet: true``, the phone's pushes are held, and when the snooze ends
-   the phone gets one ``summary`` push.
+   the phone gets one ``summary`` push;
+7. a deleted message: sam deletes what he just wrote; the desktop gets
+   ``notification.removed`` at once, and the phone, which was pushed for it,
+   one content-free ``removed`` push after ``push.clear_delay`` to drop it.
 
 It runs on the real clock with the short delay given on the command line
 (``--delay``, default 3s) and uses the fake push provider, so it needs no
@@ -259,7 +262,7 @@ async def _main(
                         scenario = Scenario(line, http, key, fake, daemon, nursery, wait)
                         await scenario.run(addresses.gateway)
                     line.say()
-                    line.say("All six cases behaved as planned. Read docs/protocol.md next.")
+                    line.say("All seven cases behaved as planned. Read docs/protocol.md next.")
                     return EXIT_OK
                 except DemoFailed as exc:
                     line.say()
@@ -274,7 +277,7 @@ async def _main(
 
 
 class Scenario:
-    """The six plan cases against a running daemon."""
+    """The seven plan cases against a running daemon."""
 
     def __init__(
         self,
@@ -400,6 +403,7 @@ class Scenario:
         await self._desktop_gone(desktop)
         desktop = await self._cleared_on_read(gateway)
         await self._quiet_period(desktop)
+        await self._deleted(desktop)
         await desktop.close()
 
     async def _focus(self, desktop: Desktop, threads: list[str]) -> None:
@@ -582,6 +586,65 @@ class Scenario:
             "phone",
             f"<- push kind=summary count={payload['count']} badge={payload.get('badge')}"
             " (held pushes summarised: one thread still unread)",
+        )
+
+    async def _deleted(self, desktop: Desktop) -> None:
+        line = self.line
+        line.say()
+        line.say("7. Sam deletes a message: the desktop and the phone drop it")
+        mark = len(desktop.frames)
+        await desktop.send("focus", {"thread_ids": [], "idle": True})
+        await desktop.wait_for(lambda f: f.get("op") == "focus.ack", after=mark)
+        line.event("desktop", "goes idle (focus.ack): the phone is pushed at once")
+        sent = len(self.fake.sends)
+        mark = len(desktop.frames)
+        await self._decided(await self._sam_writes("design"))
+        await self._hint(desktop, mark)
+
+        async def pushed() -> bool:
+            return len(self.fake.sends) > sent
+
+        await self._until(pushed, "the phone was pushed")
+        line.event("phone", f"<- push kind={self.fake.sends[-1].payload['kind']}")
+        mark = len(desktop.frames)
+        started = time.monotonic()
+        await self._events(
+            (
+                "message.deleted",
+                {
+                    "thread_id": "design",
+                    "message_id": f"m{self.seq}",
+                    "thread_seq": self.seq,
+                    "author_id": "sam",
+                    "mentions": [],
+                    "last_seq": self.seq - 1,
+                },
+            )
+        )
+        line.event("sam", f"deletes message {self.seq} (message.deleted, last_seq {self.seq - 1})")
+        frame = await desktop.wait_for(lambda f: f.get("type") == "notification.removed", mark)
+        removed = frame["payload"]
+        line.event(
+            "desktop",
+            f"<- notification.removed message_id={removed['message_id']}"
+            f" badge={removed.get('badge')}",
+        )
+
+        def removals() -> list[dict[str, Any]]:
+            return [s.payload for s in self.fake.sends[sent:] if s.payload.get("kind") == "removed"]
+
+        async def cleared() -> bool:
+            return bool(removals())
+
+        await self._until(cleared, "the phone got its removed push")
+        (payload,) = removals()
+        if payload.get("message_id") != f"m{self.seq}" or "nid" in payload:
+            raise DemoFailed("the removed push does not name the deleted message alone")
+        line.event(
+            "phone",
+            f"<- push kind=removed message_id={payload['message_id']}"
+            f" badge={payload.get('badge')} after {time.monotonic() - started:.1f}s"
+            f" (clear_delay {format_duration(CLEAR_DELAY)}: drops the notification)",
         )
 
     async def _job_done(self, job_id: int) -> None:

@@ -7,8 +7,9 @@
   invalidated registrations after ``push.invalidated_retention``, delete the
   idempotency records of app hints older than ``notify.idempotency_window``,
   delete topic-mode recipients (and their subscriptions) not renewed within
-  ``push.recipient_ttl``, and delete the ``Idempotency-Key`` records of appends older than
-  ``server.idempotency_window``.
+  ``push.recipient_ttl``, delete the ``Idempotency-Key`` records of appends older than
+  ``server.idempotency_window``, and forget deleted messages once no job of theirs
+  can be pending (``max(push.max_age, notify.coalesce_window)`` after the deletion).
 
 The housekeeper runs under a supervisor (``wiring``): an unexpected error
 restarts it with backoff; a database error only skips that tick.
@@ -26,7 +27,7 @@ import trio
 from bothy_notify.config import Config
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
-from bothy_notify.store import append_keys, idempotency, topics
+from bothy_notify.store import append_keys, deletions, idempotency, topics
 from bothy_notify.store import jobs as queue
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn, Database, StoreError
@@ -47,6 +48,7 @@ class SweepResult:
     idempotency_pruned: int = 0
     recipients_expired: int = 0
     append_keys_pruned: int = 0
+    deletions_pruned: int = 0
 
 
 def sweep(conn: Conn, now: datetime, config: Config) -> SweepResult:
@@ -60,6 +62,9 @@ def sweep(conn: Conn, now: datetime, config: Config) -> SweepResult:
         idempotency_pruned=idempotency.prune(conn, now - config.notify.idempotency_window),
         recipients_expired=topics.sweep_expired(conn, now - config.push.recipient_ttl),
         append_keys_pruned=append_keys.prune(conn, now - config.server.idempotency_window),
+        deletions_pruned=deletions.prune(
+            conn, now - max(config.push.max_age, config.notify.coalesce_window)
+        ),
     )
 
 
@@ -125,6 +130,7 @@ class Housekeeper:
                 "idempotency_pruned": result.idempotency_pruned,
                 "recipients_expired": result.recipients_expired,
                 "append_keys_pruned": result.append_keys_pruned,
+                "deletions_pruned": result.deletions_pruned,
             },
         )
         return result

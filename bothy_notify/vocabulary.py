@@ -42,6 +42,7 @@ DEFAULT_URGENCY: Mapping[str, Urgency] = {
     "security": Urgency.HIGH,
     "mention": Urgency.HIGH,
     "read": Urgency.LOW,
+    "removed": Urgency.LOW,
     "summary": Urgency.LOW,
 }
 """The urgency of a kind that ``[notify.urgency]`` does not name; any other kind is

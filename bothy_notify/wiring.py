@@ -65,11 +65,17 @@ from bothy_notify.kernel.presence import NoPresence, PresenceView
 from bothy_notify.kernel.sdnotify import Notifier
 from bothy_notify.kernel.supervise import Service, Supervised
 from bothy_notify.logs import set_level
+from bothy_notify.matrix import apps as matrix_apps
+from bothy_notify.matrix.answers import AnsweringHandler, FirstAttempts
+from bothy_notify.matrix.gateway import MatrixGateway
+from bothy_notify.matrix.push import KIND as MATRIX_PUSH
+from bothy_notify.matrix.push import MatrixPush
 from bothy_notify.notify.catalogue import Catalogue
 from bothy_notify.notify.facts import PresenceSource, SharedPresence
 from bothy_notify.notify.jobs.flush import FlushHandler
 from bothy_notify.notify.jobs.gateway_send import GatewaySendHandler, LocalGatewayHints
 from bothy_notify.notify.jobs.push_clear import ReadClearPush
+from bothy_notify.notify.jobs.push_removed import RemovedPush
 from bothy_notify.notify.jobs.push_send import HintPush
 from bothy_notify.notify.jobs.quiet_summary import QuietSummaryHandler, SummaryPush
 from bothy_notify.notify.jobs.registration_push import RegistrationLifecycle
@@ -78,6 +84,8 @@ from bothy_notify.notify.planner import RoundOutcome
 from bothy_notify.notify.round import ConsumerRound
 from bothy_notify.notify.routes import FailClosedRoutes, JobLiveRoutes, LiveRoutes
 from bothy_notify.push import providers as provider_table
+from bothy_notify.push.grouping import GROUPING_SECRET, ThreadGrouping
+from bothy_notify.push.grouping import new_key as new_grouping_key
 from bothy_notify.push.jobs import Lifecycle, PushJobHandler, PushKind
 from bothy_notify.push.port import PushProvider
 from bothy_notify.push.registry import Providers
@@ -92,6 +100,7 @@ from bothy_notify.store.db import (
 )
 from bothy_notify.store.embedded import EmbeddedPostgres
 from bothy_notify.store.events import EventValidator
+from bothy_notify.store.jobs import ClaimHere
 from bothy_notify.store.migrate import migrate
 from bothy_notify.topics.send import RecipientLifecycle, TopicPush
 
@@ -296,6 +305,8 @@ class Daemon:
         self._shutdown = trio.Event()
         self.db: Database | None = None
         self.providers: Providers | None = None
+        self.grouping: ThreadGrouping | None = None
+        """The thread grouping values of this node's pushes (read at start)."""
         self.round: ConsumerRound | None = None
         self.runner: JobRunner | None = None
         self.gateway: GatewayService | None = None
@@ -303,6 +314,9 @@ class Daemon:
         self.registry: NodeRegistry | None = None
         self.jobs_db: Database | None = None
         self.gateway_db: Database | None = None
+        self.matrix_first: FirstAttempts | None = None
+        """Where this node's runner reports the Matrix gateway's first results (``None``:
+        no gateway, or no runner here)."""
         self.services: dict[str, Supervised] = {}
         """The supervised services of this node by name (``/readyz``)."""
         self._readiness: Callable[[], Mapping[str, bool]] | None = None
@@ -397,7 +411,7 @@ class Daemon:
 
     async def _serve(self, url: str, task_status: trio.TaskStatus[NodeAddresses]) -> None:
         try:
-            config = await trio.to_thread.run_sync(
+            prepared = await trio.to_thread.run_sync(
                 prepare_database, url, self.config, self._migrate
             )
         except StoreError as exc:
@@ -408,6 +422,8 @@ class Daemon:
                 'cluster.mode = "multi": the database (database.url) cannot be reached;'
                 " a node of a cluster does not start without it"
             ) from exc
+        config = prepared.config
+        self.grouping = ThreadGrouping(prepared.grouping_key)
         self.live.swap(config)  # secret: references resolved
         spec = self.spec
         # Two pools: API and gateway load must never starve delivery (the round has a
@@ -425,8 +441,15 @@ class Daemon:
         try:
             await db.open()
             if spec.round_and_runner or spec.gateway_jobs:
+                # Its direct connection only completes jobs: a completion a server crash
+                # loses runs the job again (at least once), so it need not wait for the
+                # WAL flush (store.connection, "Commits").
                 jobs_db = self.jobs_db = Database(
-                    url, pool_size=config.database.jobs_pool_size, name="jobs", timeouts=timeouts
+                    url,
+                    pool_size=config.database.jobs_pool_size,
+                    name="jobs",
+                    timeouts=timeouts,
+                    direct_asynchronous_commit=True,
                 )
                 await jobs_db.open()
             if spec.gateway and self._gateway_factory is not None:
@@ -625,9 +648,11 @@ class Daemon:
                     catalogue_version=version,
                     urgency_of=urgency_of,
                     category_of=category_of,
+                    grouping=self.grouping,
                 )
             ),
-            push(ReadClearPush(config=config.push, urgency_of=urgency_of)),
+            push(ReadClearPush(config=config.push, urgency_of=urgency_of, grouping=self.grouping)),
+            push(RemovedPush(config=config.push, urgency_of=urgency_of, grouping=self.grouping)),
             QuietSummaryHandler(db=db, clock=clock, config=config.push, metrics=metrics),
             push(SummaryPush(config=config.push, urgency_of=urgency_of)),
             gateway_send,
@@ -642,6 +667,12 @@ class Daemon:
             ),
             push(TopicPush(config=config.push), RecipientLifecycle(metrics=metrics)),
         ]
+        if config.matrix_gateway is not None:
+            # The gateway's answer waits for first results: the runner tells them here.
+            self.matrix_first = FirstAttempts()
+            handlers.append(
+                AnsweringHandler(push(MatrixPush(config=config.push)), self.matrix_first)
+            )
         self.housekeeper = Housekeeper(db=db, clock=clock, config=config, metrics=metrics)
         await nursery.start(self._supervised("housekeeper", self.housekeeper.run).run)
         self.runner = JobRunner(
@@ -778,6 +809,7 @@ class Daemon:
             snapshot=lambda: self._snapshot(providers),
         )
 
+        registration_check = provider_table.registration_check(providers)
         return ApiContext(
             db=db,
             verifier=TokenVerifier(self.config.auth),
@@ -791,8 +823,46 @@ class Daemon:
             readiness=readiness,
             cluster=cluster,
             catalogue=self.live_catalogue,
-            registration_check=provider_table.registration_check(providers),
+            registration_check=registration_check,
             status=self.status,
+            # Appends wake a round held here directly, not by NOTIFY (store.appender).
+            local_round=self.round,
+            matrix=self._matrix_gateway(db, providers, registration_check),
+        )
+
+    def _matrix_gateway(
+        self, db: Database, providers: Providers, check: provider_table.RegistrationCheck
+    ) -> MatrixGateway | None:
+        """The Matrix push gateway when ``[matrix_gateway]`` is configured: its routes
+        checked against the providers this node runs (a bad one stops the start), its
+        jobs inserted claimed by this node's runner when it has room."""
+        config = self.config
+        if config.matrix_gateway is None:
+            return None
+        routes = matrix_apps.routes_of(
+            config.matrix_gateway, provider_table.configured_apps(providers)
+        )
+        runner = self.runner if self.matrix_first is not None else None
+        kinds = frozenset({MATRIX_PUSH})
+        node_id = self.node_id if self.spec.registry else None
+
+        def claim() -> ClaimHere | None:
+            room = runner.room() if runner is not None else 0
+            if room <= 0:
+                return None
+            return ClaimHere(kinds=kinds, node_id=node_id, lease=config.jobs.lease, room=room)
+
+        return MatrixGateway(
+            db=db,
+            clock=self.clock,
+            config=config.matrix_gateway,
+            push=config.push,
+            routes=routes,
+            check=check,
+            metrics=self.metrics,
+            first=self.matrix_first,
+            claim=claim if runner is not None else None,
+            run_claimed=runner.run_claimed if runner is not None else None,
         )
 
 
@@ -824,9 +894,23 @@ def database_timeouts(config: Config) -> DatabaseTimeouts:
     )
 
 
-def prepare_database(url: str, config: Config, apply_migrations: bool = True) -> Config:
-    """Migrate (unless told not to) and resolve ``secret:`` references; returns the
-    configuration with them resolved. Blocking: runs in a worker thread.
+@dataclass(frozen=True, slots=True)
+class PreparedDatabase:
+    """What a node reads from its database before it serves: the configuration with
+    its ``secret:`` references resolved, and the thread grouping key
+    (:mod:`bothy_notify.push.grouping`). The repr shows neither."""
+
+    config: Config
+    grouping_key: str
+
+    def __repr__(self) -> str:
+        return "PreparedDatabase()"
+
+
+def prepare_database(url: str, config: Config, apply_migrations: bool = True) -> PreparedDatabase:
+    """Migrate (unless told not to), resolve ``secret:`` references and read the
+    thread grouping key (made and stored the first time: ``secrets.ensure``).
+    Blocking: runs in a worker thread.
 
     Raises:
         StoreError: the database cannot be reached or refused a statement.
@@ -839,10 +923,11 @@ def prepare_database(url: str, config: Config, apply_migrations: bool = True) ->
     try:
         if apply_migrations:
             migrate(conn)
-        if store_secret_names(config):
-            with conn.transaction():
-                return resolve_store_secrets(config, lambda name: secret_store.get(conn, name))
-        return config
+        with conn.transaction():
+            key = secret_store.ensure(conn, GROUPING_SECRET, new_grouping_key)
+            if store_secret_names(config):
+                config = resolve_store_secrets(config, lambda name: secret_store.get(conn, name))
+        return PreparedDatabase(config, key)
     finally:
         conn.close()
 
@@ -851,6 +936,7 @@ __all__ = [
     "ROLE_TABLE",
     "Daemon",
     "NodeAddresses",
+    "PreparedDatabase",
     "RoleFacts",
     "RoleSpec",
     "database_timeouts",

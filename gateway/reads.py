@@ -1,5 +1,6 @@
-"""The ``read.updated`` frame: a read position moved forward, told to the person's
-other live connections so desktops can dismiss their notifications too.
+"""The ``read.updated`` and ``notification.removed`` frames, which let desktops
+dismiss their notifications too. ``read.updated``: a read position moved forward,
+told to the person's other live connections.
 
 :func:`bothy_notify.store.projections.mark_read` (every way a position is written)
 runs ``pg_notify('bothy_read_updated', '{"user_id","thread_id","seq","device_id"?}')``
@@ -11,6 +12,16 @@ publisher, admitted like ``notification.created`` (SPEC section 8, point 5: live
 human, the audience's own connections, read access to the thread now), never to
 the reading device (whose ``read`` op or ``PUT`` caused it; the ``thread.read``
 event names no device, so every connection hears it).
+
+The same listener (one connection, two channels) serves ``notification.removed``:
+the round runs ``pg_notify('bothy_message_removed', '{"thread_id","message_id",
+"space_id"?,"channel_id"?,"user_ids":[...]}')`` when it applies ``message.deleted``
+(:func:`bothy_notify.store.deletions.tell_removed`: the message's candidates with a
+live connection, several notifications for a long list), and each gateway publishes
+``{"type":"notification.removed",...,"scope":{...},"payload":{"thread_id",
+"message_id","badge"}}`` to those of them with live connections here, with the
+badge of that moment (after the commit: ``last_seq`` already moved the thread's
+last message back), admitted like ``notification.created``.
 
 A notification sent while nobody listened is lost: the frame is acceleration only;
 a client reconnecting asks the ``unread`` op.
@@ -30,6 +41,7 @@ from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.ephemeral import EphemeralEvent, EphemeralPublisher
 from bothy_notify.kernel.ids import new_id
 from bothy_notify.store.db import Database
+from bothy_notify.store.deletions import MESSAGE_REMOVED_CHANNEL
 from bothy_notify.store.listen import Listener, Listening, Notification, reconnect_backoff
 from bothy_notify.store.projections import READ_UPDATED_CHANNEL
 from bothy_notify.store.unread import badges_of
@@ -38,6 +50,7 @@ from gateway.hub import Hub
 log = logging.getLogger("bothy.gateway.reads")
 
 READ_UPDATED = "read.updated"
+NOTIFICATION_REMOVED = "notification.removed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +88,55 @@ def read_update(payload: str) -> ReadUpdate | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Removal:
+    """One notification of a deleted message: the thread and its place, the message,
+    and the people whose live connections are told."""
+
+    thread_id: str
+    message_id: str
+    space_id: str | None
+    channel_id: str | None
+    user_ids: tuple[str, ...]
+
+    def __repr__(self) -> str:
+        return f"Removal(people={len(self.user_ids)})"
+
+
+def _optional_id(value: object) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def removal(payload: str) -> Removal | None:
+    """The removal a notification carries; ``None`` (logged) when it is not the JSON
+    object :func:`~bothy_notify.store.deletions.tell_removed` sends."""
+    try:
+        parsed = json.loads(payload)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        thread, message = parsed.get("thread_id"), parsed.get("message_id")
+        space, channel, users = (
+            parsed.get("space_id"),
+            parsed.get("channel_id"),
+            parsed.get("user_ids"),
+        )
+        if (
+            isinstance(thread, str)
+            and isinstance(message, str)
+            and _optional_id(space)
+            and _optional_id(channel)
+            and isinstance(users, list)
+            and all(isinstance(u, str) for u in users)
+        ):
+            return Removal(thread, message, space, channel, tuple(users))
+    log.warning("a removal notification without a thread, message and people was ignored")
+    return None
+
+
 class ReadListener:
-    """Listens for read positions moved forward and publishes ``read.updated``.
+    """Listens for read positions moved forward and publishes ``read.updated``, and
+    for deleted messages and publishes ``notification.removed``.
 
     Args:
         database_url: for the dedicated ``LISTEN`` connection (never logged).
@@ -106,7 +166,7 @@ class ReadListener:
         self._badge = badge
         self.listener = Listener(
             database_url,
-            [READ_UPDATED_CHANNEL],
+            [READ_UPDATED_CHANNEL, MESSAGE_REMOVED_CHANNEL],
             name="reads",
             reconnect=reconnect_backoff(retry_interval.total_seconds()),
             timeouts=db.timeouts,
@@ -126,24 +186,57 @@ class ReadListener:
             await self.publish(await listening.wait())
 
     async def publish(self, notifications: list[Notification]) -> None:
-        """Publish the frame of each update whose person has a live connection here."""
-        updates = [
-            u
-            for note in notifications
-            if (u := read_update(note.payload)) is not None
-            and self._hub.live_connections(u.user_id)
-        ]
-        if not updates:
+        """Publish the frame of each update or removal whose person has a live
+        connection here (the badges of all of them read in one statement)."""
+        live = self._hub.live_connections
+        updates: list[ReadUpdate] = []
+        removals: list[tuple[Removal, list[str]]] = []
+        for note in notifications:
+            if note.channel == MESSAGE_REMOVED_CHANNEL:
+                found = removal(note.payload)
+                if found is not None:
+                    here = [u for u in dict.fromkeys(found.user_ids) if live(u)]
+                    if here:
+                        removals.append((found, here))
+            elif (u := read_update(note.payload)) is not None and live(u.user_id):
+                updates.append(u)
+        if not updates and not removals:
             return
         badges: dict[str, int] = {}
         if self._badge is BadgeMode.UNREAD_THREADS:
             people = {u.user_id for u in updates}
+            people.update(user for _r, users in removals for user in users)
             badges = await self._db.run(lambda c: badges_of(c, people), transaction=False)
         now = self._clock.now()
+        for found, users in removals:
+            scope = {"thread_id": found.thread_id}
+            if found.space_id:
+                scope["space_id"] = found.space_id
+            if found.channel_id:
+                scope["channel_id"] = found.channel_id
+            for user in users:
+                payload: dict[str, object] = {
+                    "thread_id": found.thread_id,
+                    "message_id": found.message_id,
+                }
+                if self._badge is BadgeMode.UNREAD_THREADS:
+                    payload["badge"] = badges.get(user, 0)
+                await self._publisher.publish(
+                    EphemeralEvent(
+                        type=NOTIFICATION_REMOVED,
+                        id=new_id(),
+                        occurred_at=now,
+                        audience=user,
+                        resource_kind="thread",
+                        resource_id=found.thread_id,
+                        scope=scope,
+                        payload=payload,
+                    )
+                )
         for u in updates:
-            payload: dict[str, object] = {"thread_id": u.thread_id, "seq": u.seq}
+            read: dict[str, object] = {"thread_id": u.thread_id, "seq": u.seq}
             if self._badge is BadgeMode.UNREAD_THREADS:
-                payload["badge"] = badges.get(u.user_id, 0)
+                read["badge"] = badges.get(u.user_id, 0)
             await self._publisher.publish(
                 EphemeralEvent(
                     type=READ_UPDATED,
@@ -153,7 +246,7 @@ class ReadListener:
                     resource_kind="thread",
                     resource_id=u.thread_id,
                     scope=None,
-                    payload=payload,
+                    payload=read,
                     not_device=u.device_id,
                 )
             )

@@ -68,6 +68,42 @@ def write_settings(path: Path, settings: Mapping[str, Any] | str) -> Path:
     return path
 
 
+def cluster_node_settings(
+    records: Path, *, database: Mapping[str, Any] | None = None, fake_keep: int | None = None
+) -> str:
+    """The settings of one ``bothy-notify run`` node of a benchmark's cluster: role
+    ``all`` in ``multi`` mode on ports 0, the database URL from ``BOTHY_BENCH_DATABASE``
+    and the signing key from ``BOTHY_BENCH_KEY`` (so no secret is written), no
+    coalescing, and the ``fake`` provider recording every push to ``records``.
+    ``database`` adds keys to ``[database]`` (e.g. ``pool_size``); ``fake_keep`` sets
+    ``push.fake.keep`` (the provider's default when ``None``)."""
+    lines = [
+        "[server]",
+        'role = "all"',
+        'api_listen = "127.0.0.1:0"',
+        'gateway_listen = "127.0.0.1:0"',
+        'drain_period = "5s"',
+        "[cluster]",
+        'mode = "multi"',
+        "[database]",
+        'url = "env:BOTHY_BENCH_DATABASE"',
+        *(f"{key} = {tomlkit.item(value).as_string()}" for key, value in (database or {}).items()),
+        "[[auth.keys]]",
+        'algorithm = "HS256"',
+        'key = "env:BOTHY_BENCH_KEY"',
+        "[sync]",
+        'heartbeat = "10s"',
+        "[notify]",
+        'coalesce_window = "0s"',
+        "[push.fake]",
+        f"record_file = {tomlkit.item(str(records)).as_string()}",
+        *([f"keep = {fake_keep}"] if fake_keep is not None else []),
+        "[log]",
+        'level = "warning"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def cli_command() -> tuple[str, ...]:
     """This interpreter running the CLI (``python -m bothy_notify.cli``): the
     package this interpreter imports runs, whatever is first on ``PATH``."""

@@ -39,6 +39,7 @@ from bothy_notify.api import (
     catalogue,
     document,
     events,
+    matrix,
     notifications,
     ops,
     preferences,
@@ -169,6 +170,10 @@ ADMIN_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/v1/admin/dead-letters/discard", admin.post_discard, ["POST"]),
 ]
 """The operator's status page (docs/operations.md): tokens of scope admin:read / admin:write."""
+MATRIX_ROUTES: list[tuple[str, Handler, list[str]]] = [
+    (matrix.NOTIFY_PATH, matrix.post_notify, ["POST"]),
+]
+"""The Matrix Push Gateway API (404 ``M_UNRECOGNIZED`` unless ``[matrix_gateway]``)."""
 OPERATOR_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/healthz", ops.healthz, ["GET"]),
     ("/readyz", ops.readyz, ["GET"]),
@@ -191,6 +196,7 @@ def build_app(
             + TOPIC_ROUTES
             + ADMIN_ROUTES
             + DOCUMENT_ROUTES
+            + MATRIX_ROUTES
             + (extra_routes or [])
             + table
         )

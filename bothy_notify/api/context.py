@@ -19,9 +19,10 @@ from bothy_notify.config import Config, LiveConfig
 from bothy_notify.kernel import strict_json
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
+from bothy_notify.matrix.gateway import MatrixGateway
 from bothy_notify.notify.catalogue import CatalogueSource, FixedCatalogue
 from bothy_notify.store import people
-from bothy_notify.store.appender import GroupAppender
+from bothy_notify.store.appender import GroupAppender, LocalRound
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.events import EventValidator
 
@@ -60,6 +61,11 @@ class ApiContext:
     catalogue: CatalogueSource = field(default_factory=FixedCatalogue)
     extras: dict[str, Any] = field(default_factory=dict)
     status: StatusSource | None = None
+    matrix: MatrixGateway | None = None
+    """The Matrix push gateway (``None``: ``[matrix_gateway]`` is not configured)."""
+    local_round: LocalRound | None = None
+    """The consumer round when this node runs one: while it holds the round, appends
+    wake it directly instead of by ``NOTIFY`` (``store.appender``)."""
 
     def __repr__(self) -> str:
         return "ApiContext()"
@@ -72,7 +78,7 @@ class ApiContext:
     @cached_property
     def appender(self) -> GroupAppender:
         """Appends of ``POST /v1/events`` without an ``Idempotency-Key``, grouped."""
-        return GroupAppender(self.db)
+        return GroupAppender(self.db, local_round=self.local_round)
 
 
 def bearer(request: Request) -> str:

@@ -23,7 +23,9 @@ only what this server accepts:
 - the push service hosts a Web Push subscription's ``endpoint`` may name
   (``push.webpush.allowed_endpoints``, spelled in its ``pattern``; apps whose
   hosts differ get a branch each);
-- ``server.max_batch_events`` as the batch's ``maxItems``.
+- ``server.max_batch_events`` as the batch's ``maxItems``;
+- the Matrix push gateway's path only when ``[matrix_gateway]`` is configured,
+  with ``matrix_gateway.max_devices`` as its devices' ``maxItems``.
 
 The event payload schemas the base refers to as files (``events/*.json``) are
 inlined as ``#/components/schemas/payload.<type>``, so the document stands
@@ -62,6 +64,7 @@ AppsByProvider = tuple[tuple[str, tuple[str, ...]], ...]
 HostsByApp = tuple[tuple[str | None, tuple[str, ...]], ...]
 """``((app_id, (host, ...)), ...)``; app ``None`` is a block without apps."""
 WEBPUSH = "webpush"
+MATRIX_NOTIFY = "/_matrix/push/v1/notify"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,8 @@ class Enumerations:
         max_batch_events: ``server.max_batch_events``.
         webpush_hosts: per Web Push app, the hosts of its ``allowed_endpoints``
             (empty: the base's form of any https URL is kept).
+        matrix_devices: ``matrix_gateway.max_devices``; ``None``: the gateway is not
+            configured and its path is left out.
     """
 
     categories: tuple[str, ...]
@@ -86,6 +91,7 @@ class Enumerations:
     apps: AppsByProvider = ()
     max_batch_events: int = 1000
     webpush_hosts: HostsByApp = ()
+    matrix_devices: int | None = None
 
 
 def enumerations(ctx: ApiContext) -> Enumerations:
@@ -99,6 +105,7 @@ def enumerations(ctx: ApiContext) -> Enumerations:
         ),
         max_batch_events=ctx.config.server.max_batch_events,
         webpush_hosts=webpush_hosts(ctx.config.push.webpush),
+        matrix_devices=ctx.matrix.config.max_devices if ctx.matrix is not None else None,
     )
 
 
@@ -175,6 +182,11 @@ def served_document(enums: Enumerations) -> dict[str, Any]:
 
     events = schemas["EventBatch"]["properties"]["events"]
     events["maxItems"] = enums.max_batch_events
+    if enums.matrix_devices is None:
+        del document["paths"][MATRIX_NOTIFY]
+    else:
+        notification = schemas["MatrixNotifyRequest"]["properties"]["notification"]
+        notification["properties"]["devices"]["maxItems"] = enums.matrix_devices
     return document
 
 

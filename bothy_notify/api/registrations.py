@@ -155,7 +155,7 @@ async def _validate(ctx: ApiContext, body: Any) -> tuple[str, str | None, Regist
     if apps and app_id not in apps:
         raise ApiError(422, "unknown_app", UNKNOWN_APP)
     if ctx.registration_check is not None:
-        problem = await ctx.registration_check(provider, app_id, found.token)
+        problem = await ctx.registration_check(provider, app_id, found.token, found.secret)
         if problem is not None:
             raise invalid(*problem)
     return provider, app_id, found

@@ -2,7 +2,8 @@
 
 What a node knows only of itself (connections by phase, whether it holds the
 consumer round, its provider sends of the last 5 minutes and those in flight,
-its skips by reason since it started, the events it decided) is its
+its skips by reason since it started, the events it decided, the Matrix push
+gateway's devices by app and outcome and its requests by answer) is its
 *snapshot* (:func:`node_snapshot`). In a cluster every node writes its snapshot
 with its heartbeat (``bothy.nodes.stats``), and the answering node shows each
 live node's last one beside its own fresh one; a single node shows itself.
@@ -141,6 +142,7 @@ class StatusSource:
                 ],
             },
             "skips": _sum_maps(n["skips"] for n in nodes),
+            "matrix": _merge_matrix(nodes),
             "window_seconds": WINDOW_SECONDS,
         }
 
@@ -174,6 +176,7 @@ def _node_entry(
         "events_decided": int(stats.get("events_decided", 0)),
         "skips": {str(k): int(v) for k, v in dict(stats.get("skips", {})).items()},
         "providers": list(stats.get("providers", [])),
+        "matrix": dict(stats.get("matrix", {})),
     }
 
 
@@ -205,12 +208,18 @@ def node_snapshot(
                 "last_error_at": w.last_error_at,
             }
         )
+    matrix: dict[str, dict[str, int]] = {}
+    for labels, value in _samples(metrics.matrix_notifications):
+        outcomes = matrix.setdefault(labels.get("app", ""), {})
+        outcomes[labels.get("outcome", "")] = int(value)
+    requests = {labels.get("answer", ""): int(v) for labels, v in _samples(metrics.matrix_requests)}
     return {
         "ready": ready,
         "holds_round": holder >= 1,
         "connections": connections,
         "events_decided": int(decided),
         "skips": skips,
+        "matrix": {"apps": matrix, "requests": requests},
         "providers": [
             {"provider": name, "in_flight": int(in_flight.get(name, 0)), "apps": apps}
             for name, apps in sorted(windows.items())
@@ -258,6 +267,29 @@ def _merge_providers(nodes: list[dict[str, Any]], now: datetime) -> list[dict[st
     for node in nodes:
         del node["providers"]
     return out
+
+
+def _merge_matrix(nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Matrix push gateway's traffic since the nodes started, over every node: the
+    devices of its notify requests by configured app and outcome, and the requests by
+    answer (empty where no node serves the gateway)."""
+    apps: dict[str, dict[str, int]] = {}
+    requests: dict[str, int] = {}
+    for node in nodes:
+        found = node.pop("matrix", {})
+        for app, outcomes in dict(found.get("apps", {})).items():
+            into = apps.setdefault(str(app), {})
+            for outcome, n in dict(outcomes).items():
+                into[str(outcome)] = into.get(str(outcome), 0) + int(n)
+        for answer, n in dict(found.get("requests", {})).items():
+            requests[str(answer)] = requests.get(str(answer), 0) + int(n)
+    return {
+        "apps": [
+            {"app": app, "devices": sum(outcomes.values()), "outcomes": outcomes}
+            for app, outcomes in sorted(apps.items())
+        ],
+        "requests": requests,
+    }
 
 
 def _sum_maps(maps: Iterator[Mapping[str, int]]) -> dict[str, int]:

@@ -312,7 +312,21 @@ class NotifyConfig:
     )
     categories: tuple[str, ...] = field(default=(), metadata=_meta("app hint categories"))
     idempotency_window: timedelta = field(
-        default=_d("24h"), metadata=_meta("dedupe window of app hints", min=0, max=30 * 86_400)
+        default=_d("24h"),
+        metadata=_meta(
+            "dedupe window of app hints and of an edited message's mentions",
+            min=0,
+            max=30 * 86_400,
+        ),
+    )
+    group_mention_limit: int = field(
+        default=1000,
+        metadata=_meta(
+            "people a group mention (mention_groups all or here) may reach; a larger"
+            " audience gets nothing extra",
+            min=0,
+            max=1_000_000,
+        ),
     )
     kinds: Mapping[str, KindConfig] = field(
         default_factory=dict, metadata=_meta("kind catalogue entries by kind code")
@@ -329,7 +343,7 @@ class NotifyConfig:
         default_factory=dict,
         metadata=_meta(
             "urgency (low, normal, high) by kind code, over the defaults: security and"
-            " mention high, read and summary low, every other kind normal",
+            " mention high, read, removed and summary low, every other kind normal",
         ),
     )
 
@@ -555,6 +569,30 @@ class WebhookConfig:
 
 
 @dataclass(frozen=True)
+class MatrixRelayConfig:
+    """``[push.matrix]``: registrations that push through an upstream Matrix push
+    gateway (a vendor's Sygnal), SPEC section 14c."""
+
+    allowed_gateways: tuple[str, ...] = field(
+        default=(),
+        metadata=_meta(
+            "hosts an upstream push gateway's notify URL may name (exact or *.suffix); empty: none"
+        ),
+    )
+    allow_private_addresses: bool = field(
+        default=False, metadata=_meta("allow private/loopback gateways (tests)")
+    )
+    ca_file: str = field(
+        default="",
+        metadata=_meta(
+            "CA bundle (PEM) for the gateways' TLS, relative to the configuration file's"
+            " directory; empty: the system's CAs",
+            path=True,
+        ),
+    )
+
+
+@dataclass(frozen=True)
 class PushConfig:
     max_age: timedelta = field(
         default=_d("1h"), metadata=_meta("a hint older than this is not sent", min=1, max=604_800)
@@ -617,6 +655,10 @@ class PushConfig:
     webpush: WebPushConfig | None = field(
         default=None, metadata=_meta("Web Push provider block (RFC 8030, 8291, 8292)")
     )
+    matrix: MatrixRelayConfig | None = field(
+        default=None,
+        metadata=_meta("relaying through an upstream Matrix push gateway (SPEC section 14c)"),
+    )
     fake: FakeProviderConfig | None = field(default=None, metadata=_meta("fake provider block"))
 
 
@@ -668,6 +710,44 @@ class JobsConfig:
 
 
 @dataclass(frozen=True)
+class MatrixGatewayConfig:
+    """``[matrix_gateway]``: serving the Matrix Push Gateway API
+    (``POST /_matrix/push/v1/notify``), SPEC section 14c. Off unless given."""
+
+    apps: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=_meta(
+            "Matrix app_id -> where its pushkeys go: provider[:app][@environment]"
+            ' ("apns", "apns:beta@sandbox", "fcm:example", "webpush"); a device of'
+            " another app_id is rejected (required)",
+            key_pattern=ID_PATTERN,
+            required=True,
+        ),
+    )
+    answer_within: timedelta = field(
+        default=_d("2s"),
+        metadata=_meta(
+            "how long an answer waits for the first attempts of its pushes", min=0, max=30
+        ),
+    )
+    max_devices: int = field(
+        default=100, metadata=_meta("devices one notification may list", min=1, max=10_000)
+    )
+    requests_per_second: int = field(
+        default=100,
+        metadata=_meta("notify requests a second from one source address", min=1, max=1_000_000),
+    )
+    requests_burst: int = field(
+        default=200,
+        metadata=_meta(
+            "notify requests from one source address at once, above the rate",
+            min=1,
+            max=1_000_000,
+        ),
+    )
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: LogLevel = field(default=LogLevel.INFO, metadata=_meta("debug, info, warning, error"))
     format: LogFormat = field(default=LogFormat.JSON, metadata=_meta("json or text"))
@@ -687,6 +767,10 @@ class Config:
     jobs: JobsConfig = field(default_factory=JobsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    matrix_gateway: MatrixGatewayConfig | None = field(
+        default=None,
+        metadata=_meta("the Matrix push gateway endpoint (SPEC section 14c); off unless given"),
+    )
 
 
 def iter_keys(cls: type = Config, prefix: str = "") -> Iterator[str]:

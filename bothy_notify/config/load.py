@@ -229,7 +229,8 @@ def _check_table(table: Any, prefix: str) -> list[str]:
     carried = any(f.metadata.get("inherits") and getattr(table, f.name) for f in fields)
     for f in fields:
         value = getattr(table, f.name)
-        if f.metadata.get("required") and not carried and (value is None or value == ""):
+        missing = value is None or value == "" or (isinstance(value, Mapping) and not value)
+        if f.metadata.get("required") and not carried and missing:
             errors.append(f"{prefix}{f.name}: required key is missing")
         pattern = f.metadata.get("key_pattern")
         if (
@@ -281,6 +282,11 @@ def _check(config: Config) -> list[str]:
     if config.cluster.node_timeout < 2 * config.server.heartbeat:
         # One late heartbeat must not make a node look gone.
         errors.append("cluster.node_timeout: must be at least twice server.heartbeat")
+    if config.matrix_gateway is not None and config.jobs.retention < config.push.max_age:
+        # A homeserver's retry of a notification is recognised by its job, kept this long.
+        errors.append(
+            "jobs.retention: must be at least push.max_age while [matrix_gateway] is configured"
+        )
     for address_key in ("api_listen", "gateway_listen"):
         if parse_listen(getattr(config.server, address_key)) is None:
             errors.append(f"server.{address_key}: expected host:port")

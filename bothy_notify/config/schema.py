@@ -211,7 +211,11 @@ def render_effective(loaded: Loaded) -> str:
 
 def _tables(config: Config, loaded: Loaded) -> Iterator[tuple[str, list[tuple[str, str]]]]:
     for f in dataclasses.fields(config):
-        yield from _table(getattr(config, f.name), f.name, f.name, loaded)
+        value = getattr(config, f.name)
+        if value is None:  # an optional section ([matrix_gateway]) that is not given
+            yield f"# [{f.name}]: not configured", []
+        else:
+            yield from _table(value, f.name, f.name, loaded)
 
 
 def _table(

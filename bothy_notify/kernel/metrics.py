@@ -173,6 +173,12 @@ class Metrics:
             "App hint recipients skipped because the same request reached them before.",
             registry=r,
         )
+        self.group_mentions_refused = Counter(
+            "bothy_group_mentions_refused",
+            "Group mentions (mention_groups all or here) whose audience was larger than"
+            " notify.group_mention_limit, so they added nobody.",
+            registry=r,
+        )
         self.events_appended = Counter(
             "bothy_events_appended", "Events appended through the HTTP API.", registry=r
         )
@@ -332,6 +338,24 @@ class Metrics:
         )
         for action in ("added", "removed"):
             self.topic_subscriptions.labels(action)
+
+        # The Matrix push gateway (SPEC section 14c). Labels: app, a Matrix app id of
+        # [matrix_gateway] apps (a closed set from the configuration; unknown for any
+        # other); outcome, a bothy_notify.matrix.gateway.MatrixOutcome.
+        self.matrix_notifications = Counter(
+            "bothy_matrix_notifications",
+            "Devices of the Matrix push gateway's notify requests by app and outcome"
+            " (delivered, rejected, refused, pending, duplicate).",
+            ["app", "outcome"],
+            registry=r,
+        )
+        self.matrix_requests = Counter(
+            "bothy_matrix_requests",
+            "Notify requests of the Matrix push gateway by answer (ok, bad_json,"
+            " rate_limited, unavailable).",
+            ["answer"],
+            registry=r,
+        )
 
     def skip(self, reason: SkipReason, amount: int = 1) -> None:
         """Count ``amount`` skips with ``reason``."""

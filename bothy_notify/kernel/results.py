@@ -32,6 +32,8 @@ class SkipReason(enum.StrEnum):
     EXPIRED = "expired"
     NODE_GONE = "node_gone"
     NO_CONNECTION = "no_connection"
+    DELETED = "deleted"
+    """The message was deleted before the send (``message.deleted``)."""
 
     @property
     def result(self) -> Result:
@@ -74,6 +76,7 @@ class Result(enum.StrEnum):
     SKIPPED_EXPIRED = "skipped_expired"
     SKIPPED_NODE_GONE = "skipped_node_gone"
     SKIPPED_NO_CONNECTION = "skipped_no_connection"
+    SKIPPED_DELETED = "skipped_deleted"
     SKIPPED_UNMARKED = "skipped_unmarked"
     """A read clear whose mark is gone (cleared already, or its registration deleted)."""
     SKIPPED_NO_RECIPIENT = "skipped_no_recipient"
@@ -95,5 +98,6 @@ _SKIPPED: dict[SkipReason, Result] = {
     SkipReason.EXPIRED: Result.SKIPPED_EXPIRED,
     SkipReason.NODE_GONE: Result.SKIPPED_NODE_GONE,
     SkipReason.NO_CONNECTION: Result.SKIPPED_NO_CONNECTION,
+    SkipReason.DELETED: Result.SKIPPED_DELETED,
 }
 """Each skip reason's job result; complete (a test walks every reason)."""

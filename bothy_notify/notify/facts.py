@@ -95,7 +95,7 @@ UNKNOWN_PERSON = Person(human=False, active=False, categories_off=frozenset())
 #
 # Every read reaches each table by its key, at any key count and table size, in a
 # form that leaves the planner no other choice (docs/performance.md, "decide at
-# scale"; tests/test_read_plans.py). It cannot count the keys of a JSON array: it
+# scale"; tests/notify/test_read_plans.py). It cannot count the keys of a JSON array: it
 # guesses 100 rows for the unpacked list and 10 elements for an array built from
 # it. Joined to the list as a plain table, a table of a few thousand rows (threads),
 # or one with many rows per key (follows), was scanned whole for every group, one
@@ -124,6 +124,22 @@ _FOLLOWS = (
     "  SELECT json_object_agg(f.user_id, f.level) AS levels FROM bothy.follows f"
     "  WHERE f.thread_id = k.id) f"
     " WHERE f.levels IS NOT NULL"
+)
+# The people with read access to each thread (a membership names the thread, its
+# channel or its space), as one JSON text {thread: [user, ...]}: per thread by its
+# key, each scope's members by the members key (a space has thousands: no scan), in
+# a fenced LATERAL per scope.
+# Read for a group mention's audience, and for candidates when notify.default_level
+# is "all". The aggregate fences each thread's read from being flattened into a join.
+_THREAD_MEMBERS = (
+    "SELECT coalesce(json_object_agg(k.id, m.users), '{}')::text"
+    f" FROM {_KEYS} AS k(id) CROSS JOIN LATERAL ("
+    "  SELECT json_agg(DISTINCT m.user_id) AS users FROM bothy.threads t"
+    "  CROSS JOIN unnest(ARRAY[t.thread_id, t.channel_id, t.space_id]) AS s(id)"
+    "  CROSS JOIN LATERAL (SELECT m.user_id FROM bothy.members m"
+    "   WHERE m.scope_id = s.id OFFSET 0) m"
+    "  WHERE t.thread_id = k.id) m"
+    " WHERE m.users IS NOT NULL"
 )
 # Read access: the memberships of the group's people in the scopes (thread, channel,
 # space) of the group's threads; a person may read a thread when one of them names
@@ -285,16 +301,37 @@ def send_follow_rows(
     return lambda: _follows(cursor.fetchall())
 
 
-def members_of_scopes(conn: Conn, scope_ids: Collection[str]) -> dict[str, set[str]]:
-    """scope -> members; used when ``notify.default_level`` is ``all``."""
-    out: dict[str, set[str]] = defaultdict(set)
-    if scope_ids:
-        for scope_id, user_id in conn.execute(
-            "SELECT scope_id, user_id FROM bothy.members WHERE scope_id = ANY(%s)",
-            (list(scope_ids),),
-        ).fetchall():
-            out[scope_id].add(user_id)
-    return out
+def thread_members(conn: Conn, thread_ids: Collection[str]) -> dict[str, list[str]]:
+    """thread -> the people with read access to it now (a membership names the thread,
+    its channel or its space); a thread without any is absent."""
+    return send_thread_members(conn, thread_ids)()
+
+
+def send_thread_members(
+    conn: Conn, thread_ids: Collection[str]
+) -> Callable[[], dict[str, list[str]]]:
+    """:func:`thread_members` in two steps, as :func:`send_follow_rows`."""
+    if not thread_ids:
+        return dict
+    cursor = conn.execute(_THREAD_MEMBERS, (_keys(thread_ids),))
+
+    def answer() -> dict[str, list[str]]:
+        rows = cursor.fetchall()
+        found: dict[str, list[str]] = orjson.loads(rows[0][0])
+        return found
+
+    return answer
+
+
+def shared_presence(
+    conn: Conn, users: Collection[str], since: datetime
+) -> dict[str, tuple[PresenceEntry, ...]]:
+    """The cluster's presence of ``users`` (:class:`SharedPresence`) from nodes live
+    since ``since``, outside a group read: the same statement and rules as
+    :func:`load_group`'s."""
+    if not users:
+        return {}
+    return _presence(conn.execute(_PRESENCE, (_keys(users), since)).fetchall())[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,12 +481,17 @@ class Reach:
             active human).
         space_id, channel_id: the thread's current place (it may have moved).
         read_position: ``max(last_read_seq, unread_floor_seq)``; 0 without a thread.
+        deletions: the thread had a message deleted recently (its ``deleted_at``):
+            only then does a send ask whether its own message was
+            (:func:`bothy_notify.store.deletions.deleted_among`), so a send in a
+            thread without deletions reads nothing more.
     """
 
     allowed: bool
     space_id: str | None
     channel_id: str | None
     read_position: int
+    deletions: bool = False
 
 
 def reach_now(
@@ -468,14 +510,15 @@ def reach_now(
         "   SELECT 1 FROM bothy.members m WHERE m.user_id = k.u"
         "   AND m.scope_id IN (t.thread_id, t.channel_id, t.space_id))),"
         " t.space_id, t.channel_id,"
-        " greatest(coalesce(r.last_read_seq, 0), coalesce(t.unread_floor_seq, 0))"
+        " greatest(coalesce(r.last_read_seq, 0), coalesce(t.unread_floor_seq, 0)),"
+        " t.deleted_at IS NOT NULL"
         f" FROM {_PAIR_KEYS} AS k(u, t)"
         " LEFT JOIN LATERAL (SELECT p.kind, p.active FROM bothy.users p"
         "  WHERE p.user_id = k.u OFFSET 0) p ON true"
-        " LEFT JOIN LATERAL (SELECT t.thread_id, t.channel_id, t.space_id, t.unread_floor_seq"
-        "  FROM bothy.threads t WHERE t.thread_id = k.t OFFSET 0) t ON true"
+        " LEFT JOIN LATERAL (SELECT t.thread_id, t.channel_id, t.space_id, t.unread_floor_seq,"
+        "  t.deleted_at FROM bothy.threads t WHERE t.thread_id = k.t OFFSET 0) t ON true"
         " LEFT JOIN LATERAL (SELECT r.last_read_seq FROM bothy.read_states r"
         "  WHERE r.user_id = k.u AND r.thread_id = k.t OFFSET 0) r ON true",
         (orjson.dumps([k[0] for k in keys]).decode(), orjson.dumps([k[1] for k in keys]).decode()),
     ).fetchall()
-    return {(r[0], r[1]): Reach(bool(r[2]), r[3], r[4], int(r[5])) for r in rows}
+    return {(r[0], r[1]): Reach(bool(r[2]), r[3], r[4], int(r[5]), r[6] is True) for r in rows}

@@ -38,6 +38,39 @@ def message_hint(payload: Mapping[str, Any], mv: str | None = None) -> Hint:
     )
 
 
+def edit_hint(payload: Mapping[str, Any], mv: str | None = None) -> HintRequest:
+    """``message.edited``: a ``mention`` hint to each person in ``mentions`` and not in
+    ``previous_mentions``, never the author; ``mention_only`` (a recipient who does
+    not hear mentions hears nothing). The app gives both lists: no mention history
+    is kept here. The request's key is the message's (:func:`edit_key`)."""
+    author = payload["author_id"]
+    before = set(payload["previous_mentions"])
+    recipients = tuple(
+        dict.fromkeys(u for u in payload["mentions"] if u not in before and u != author)
+    )
+    return HintRequest(
+        Hint(
+            nid=new_id(),
+            kind=Kind.MENTION.value,
+            category=BUILTIN_KIND_CATEGORY[Kind.MENTION],
+            thread_id=payload["thread_id"],
+            message_id=payload["message_id"],
+            message_seq=int(payload["thread_seq"]),
+            actor_id=author,
+            mentions=frozenset(recipients),
+            mv=mv,
+            mention_only=True,
+        ),
+        recipients,
+    )
+
+
+def edit_key(payload: Mapping[str, Any]) -> str:
+    """The hint idempotency key of an edited message's mentions: one hint per
+    (message, person), however often the message is edited."""
+    return f"edit|{payload['thread_id']}|{payload['message_id']}"
+
+
 def security_hint(payload: Mapping[str, Any]) -> HintRequest:
     """A device entered ``pending``: tell the person's other devices."""
     return HintRequest(

@@ -6,8 +6,16 @@ of bulk reads; every other event is a barrier: the pending group is decided
 first, then the event's projection applies, then its own hint (if any) is
 decided, so each decision sees the facts of its place in the log.
 
+A ``message.created`` with ``mention_groups`` mentions the group's audience
+(:meth:`RoundPlanner._group_mentions`); ``message.edited`` is a barrier that
+decides one ``mention`` hint for the newly mentioned (once per message and
+person, through the hint idempotency); ``message.deleted`` is a barrier that
+records the deletion, queues the phones' ``removed`` pushes and tells the
+desktops (:meth:`RoundPlanner._message_deleted`).
+
 Nothing here sends anything: decisions become job specs, inserted with the
-cursor in the same transaction.
+cursor in the same transaction (the desktops' ``NOTIFY`` is delivered at its
+commit too).
 
 The kind catalogue is refreshed once per round (not per hint) and its version
 is fixed on every hint the round decides (``Hint.mv``), so every copy of one
@@ -22,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -50,13 +58,15 @@ from bothy_notify.notify.hints import (
     HintRequest,
     admin_hint,
     dedupe_key,
+    edit_hint,
+    edit_key,
     message_hint,
     requested_hint,
     security_hint,
 )
 from bothy_notify.notify.jobs.args import FLUSH, FlushArgs
 from bothy_notify.notify.routes import HintJobs, LiveRoutes
-from bothy_notify.store import idempotency
+from bothy_notify.store import deletions, idempotency, marks
 from bothy_notify.store.db import Conn
 from bothy_notify.store.events import Event
 from bothy_notify.store.jobs import JobSpec, JobWriter
@@ -99,6 +109,7 @@ class RoundOutcome:
     hints: Counter[str] = field(default_factory=Counter)
     folded: int = 0
     deduplicated: int = 0
+    group_mentions_refused: int = 0
     registrations_invalidated: int = 0
     topics: TopicsOutcome = field(default_factory=TopicsOutcome)
 
@@ -145,6 +156,13 @@ class Decider:
         self.categories = frozenset(BUILTIN_CATEGORIES) | frozenset(config.notify.categories)
         self._encoded: dict[str, bytes] = {}
         """JSON-encoded IDs and kinds of this decider's jobs (:class:`HintJobs`)."""
+
+    def live_presence(self, users: Collection[str]) -> dict[str, tuple[PresenceEntry, ...]]:
+        """The presence of those of ``users`` with a live connection now: this
+        process's view, or the cluster's shared presence (one statement)."""
+        if isinstance(self.presence, SharedPresence):
+            return facts.shared_presence(self.conn, users, self.presence.since(self.now))
+        return dict(self.presence.entries(users))
 
     def decide_group(
         self,
@@ -388,6 +406,10 @@ class RoundPlanner:
                 request = security_hint(p)
         elif event.type == "thread.read":
             mark_read(self.conn, p, clearing_of(self.config.push, self.decider.now))
+        elif event.type == "message.edited":
+            request = self._first_time_only(edit_hint(p, self.decider.mv), edit_key(p))
+        elif event.type == "message.deleted":
+            self._message_deleted(p)
         else:
             projection_of(event.type)(self.conn, p)
             if event.type == "access.expiring":
@@ -402,7 +424,7 @@ class RoundPlanner:
                     )
                     self.outcome.skips[SkipReason.PREFERENCE] += len(request.recipients)
                     return
-                request = self._first_time_only(request)
+                request = self._first_time_only(request, dedupe_key(request))
         if request is not None and request.recipients:
             self.decider.decide_group([(request.hint, request.recipients, event.occurred_at)])
 
@@ -410,18 +432,20 @@ class RoundPlanner:
         """Insert the remaining jobs; returns how many are new. Call once, before commit."""
         return self.writer.finish()
 
-    def _first_time_only(self, request: HintRequest) -> HintRequest:
-        """Drop recipients who already had this app hint within ``notify.idempotency_window``.
+    def _first_time_only(self, request: HintRequest, key: str) -> HintRequest:
+        """Drop recipients who already had the hint of ``key`` within
+        ``notify.idempotency_window``.
 
         The record commits with the round, so a producer that retries the same
-        request (same key, or same kind and target without a key) gets one hint.
-        A zero window turns deduplication off and records nothing.
+        request (same key, or same kind and target without a key) gets one hint,
+        and an edited message's newly mentioned person one however often it is
+        edited. A zero window turns deduplication off and records nothing.
         """
         if not request.recipients or self.config.notify.idempotency_window <= timedelta(0):
             return request
         fresh = idempotency.claim(
             self.conn,
-            dedupe_key(request),
+            key,
             request.recipients,
             now=self.decider.now,
             window=self.config.notify.idempotency_window,
@@ -436,31 +460,108 @@ class RoundPlanner:
         events, self._messages = self._messages, []
         self.in_progress = (self._messages_from, self._messages_from + len(events))
         thread_ids = {e.payload["thread_id"] for e in events}
-        with self.conn.pipeline():  # one round trip for both
+        default_all = self.config.notify.default_level is Level.ALL
+        # Who may read a thread: its candidates with default_level "all", a group
+        # mention's audience. Read per thread by key, like the follows.
+        wanted = (
+            thread_ids
+            if default_all
+            else {e.payload["thread_id"] for e in events if e.payload.get("mention_groups")}
+        )
+        with self.conn.pipeline():  # one round trip for the three
             record_messages(
                 self.conn, [(e.payload["thread_id"], int(e.payload["thread_seq"])) for e in events]
             )
             read_follows = facts.send_follow_rows(self.conn, thread_ids)
+            read_members = facts.send_thread_members(self.conn, wanted)
             # The database records and reads meanwhile.
             hints = [message_hint(e.payload, self.decider.mv) for e in events]
             follows = read_follows()
-        members: dict[str, set[str]] = {}
-        infos: dict[str, facts.ThreadInfo] = {}
-        if self.config.notify.default_level is Level.ALL:
-            infos = facts.threads(self.conn, thread_ids)
-            members = facts.members_of_scopes(
-                self.conn, {s for info in infos.values() for s in info.scopes}
-            )
+            members = read_members()
         items: list[tuple[Hint, Sequence[str], datetime]] = []
-        for event, hint in zip(events, hints, strict=True):
-            assert hint.thread_id is not None
-            stored = follows.get(hint.thread_id, {})
-            candidates = {u for u, level in stored.items() if level is Level.ALL}
-            candidates.update(hint.mentions)
-            info = infos.get(hint.thread_id)
-            if info is not None:
-                for scope in info.scopes:
-                    candidates.update(u for u in members.get(scope, ()) if u not in stored)
-            candidates.discard(hint.actor_id or "")
+        nobody: list[str] = []
+        for event, written in zip(events, hints, strict=True):
+            assert written.thread_id is not None
+            stored = follows.get(written.thread_id, {})
+            readers = members.get(written.thread_id, nobody)
+            hint = written
+            groups = event.payload.get("mention_groups")
+            if groups:
+                added = self._group_mentions(written, groups, stored, readers)
+                if added:
+                    hint = replace(written, mentions=written.mentions | added)
+            candidates = self._candidates(
+                hint.mentions, hint.actor_id, stored, readers if default_all else nobody
+            )
             items.append((hint, sorted(candidates), event.occurred_at))
         self.decider.decide_group(items, follows=follows)
+
+    @staticmethod
+    def _candidates(
+        mentions: Collection[str],
+        author: str | None,
+        stored: Mapping[str, Level],
+        readers: Collection[str],
+    ) -> set[str]:
+        """A message's candidates (SPEC section 5): followers at level ``all``, the
+        mentioned, and with ``notify.default_level = "all"`` the ``readers`` who
+        stored no level; never the author."""
+        candidates = {u for u, level in stored.items() if level is Level.ALL}
+        candidates.update(mentions)
+        candidates.update(u for u in readers if u not in stored)
+        candidates.discard(author or "")
+        return candidates
+
+    def _group_mentions(
+        self,
+        hint: Hint,
+        groups: Collection[str],
+        stored: Mapping[str, Level],
+        readers: Collection[str],
+    ) -> frozenset[str]:
+        """The people a message's ``mention_groups`` mention: for ``all`` every person
+        with read access whose level is not ``none`` (never the author); for
+        ``here`` those of them with a live connection that is not idle now. A
+        group whose audience is larger than ``notify.group_mention_limit`` adds
+        nobody and is counted (``bothy_group_mentions_refused_total``)."""
+        default = self.config.notify.default_level
+        limit = self.config.notify.group_mention_limit
+        audience = [
+            u for u in readers if u != hint.actor_id and stored.get(u, default) is not Level.NONE
+        ]
+        if "all" in groups:
+            if len(audience) <= limit:
+                return frozenset(audience)
+            self.outcome.group_mentions_refused += 1
+        if "here" in groups:
+            here = [
+                u
+                for u, entries in self.decider.live_presence(audience).items()
+                if any(not entry.idle for entry in entries)
+            ]
+            if len(here) <= limit:
+                return frozenset(here)
+            self.outcome.group_mentions_refused += 1
+        return frozenset()
+
+    def _message_deleted(self, p: Mapping[str, Any]) -> None:
+        """``message.deleted``: record it (its pending sends are skipped ``deleted``
+        when they run, and ``last_seq`` moves the thread's last message back), queue
+        the ``removed`` pushes of the phones pushed for the thread, and tell the
+        live connections of the message's candidates (``notification.removed``)."""
+        conn, now = self.conn, self.decider.now
+        thread_id = p["thread_id"]
+        place = deletions.record(conn, p, now)
+        clearing = clearing_of(self.config.push, now)
+        if clearing is not None:
+            self.outcome.jobs += marks.queue_removals(conn, thread_id, clearing)
+        stored = facts.follow_rows(conn, [thread_id]).get(thread_id, {})
+        readers: Collection[str] = ()
+        if self.config.notify.default_level is Level.ALL:
+            readers = facts.thread_members(conn, [thread_id]).get(thread_id, [])
+        default = self.config.notify.default_level
+        mentioned = [u for u in p.get("mentions") or () if stored.get(u, default) is not Level.NONE]
+        candidates = self._candidates(mentioned, p["author_id"], stored, readers)
+        deletions.tell_removed(
+            conn, thread_id, p["message_id"], place, self.decider.live_presence(candidates).keys()
+        )

@@ -244,6 +244,9 @@ class ConsumerRound:
             reconnect=reconnect_backoff(poll),
             catch_up=self._catch_up,
             timeouts=timeouts,
+            # A round a server crash loses is read and decided again (the cursor moves
+            # with it): its commit need not wait for the WAL flush.
+            asynchronous_commit=True,
         )
         self._wait_until: float | None = None
         """While set, the log was drained: wait for a notification until then
@@ -267,6 +270,16 @@ class ConsumerRound:
     def connected(self) -> bool:
         """The round's connection is open (holder or standby: ``/readyz``)."""
         return self._listener.connected
+
+    def holds(self) -> bool:
+        """This node holds the round and listens for wake-ups (the HTTP API's appender
+        then wakes it with :meth:`wake` instead of ``NOTIFY``: ``store.appender``)."""
+        return self.is_holder and self._listener.statistics().listening
+
+    def wake(self) -> None:
+        """Run a round soon, as ``NOTIFY bothy_events`` would: events were committed.
+        Never blocks; a wake-up while a round runs makes the next one start at once."""
+        self._listener.nudge()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold or wait for the round until cancelled; reconnect after a lost connection.
@@ -522,6 +535,8 @@ class ConsumerRound:
             m.hints_coalesced.inc(outcome.folded)
         if outcome.deduplicated:
             m.hints_deduplicated.inc(outcome.deduplicated)
+        if outcome.group_mentions_refused:
+            m.group_mentions_refused.inc(outcome.group_mentions_refused)
         m.registration("invalidated", outcome.registrations_invalidated, cause="device_revoked")
         outcome.topics.record(m)
 

@@ -8,14 +8,17 @@ replaces both hosts (a proxy or a local fake).
 
 Requests (SPEC section 10): ``POST /3/device/{token}`` with
 ``authorization: bearer <provider JWT>``, ``apns-topic`` = bundle id,
-``apns-collapse-id`` = the thread id, and either
+``apns-collapse-id`` = the thread's grouping value (:mod:`.grouping`: an HMAC of
+the thread id, never the id), and either
 
 - background style: ``apns-push-type: background``, ``apns-priority: 5``,
   ``{"aps": {"content-available": 1}, ...payload}``; or
 - alert style: ``apns-push-type: alert``, ``apns-priority`` 5 for a ``low``
   urgency and 10 otherwise, ``{"aps": {"alert": {"title": <alert_title>,
   "title-loc-key"?: "BOTHY_<KIND>"}, "mutable-content": 1,
-  "interruption-level": <level>, "sound": "default"}, ...payload}``: the level
+  "interruption-level": <level>, "sound": "default", "thread-id": <grouping
+  value>}, ...payload}`` (iOS groups a conversation's notifications by
+  ``thread-id``): the level
   ``passive``, ``active`` or ``time-sensitive`` for the urgency ``low``,
   ``normal`` or ``high`` (``[notify.urgency]``), no sound when the hint is
   quiet, the loc key only with ``title_loc_keys``.
@@ -25,9 +28,13 @@ sets the icon's badge itself. A background push carries ``badge`` beside ``aps``
 only: Apple allows nothing but ``content-available`` in a background push's
 ``aps``, so the app sets the badge when it wakes.
 
-Whatever ``style`` says, a clearing push (:class:`~.port.ReadMessage`) is
-background style, priority 5, collapsed on its thread (it replaces the
-thread's notification), and a quiet period's summary
+A Matrix notification (:class:`~.port.MatrixMessage`) goes as a hint does,
+never collapsed and without sound; its badge-only update is background style.
+
+Whatever ``style`` says, a clearing push (:class:`~.port.ReadMessage`) and a
+deleted message's (:class:`~.port.RemovedMessage`) are background style,
+priority 5, collapsed on their thread (they replace the thread's pending
+notification), and a quiet period's summary
 (:class:`~.port.SummaryMessage`) is alert style, ``passive``, priority 5,
 without sound.
 
@@ -61,8 +68,6 @@ The whole send, resend included, is bounded by
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import logging
 import re
@@ -82,6 +87,7 @@ from bothy_notify.config import ApnsSettings, ApnsStyle, ConfigError, Secret
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.push.http2 import Http2Client
 from bothy_notify.push.port import (
+    MatrixMessage,
     Message,
     Outcome,
     PushMessage,
@@ -116,7 +122,7 @@ RETRY_MINIMUM = timedelta(seconds=1)
 INTERRUPTION_LEVELS = {"low": "passive", "normal": "active", "high": "time-sensitive"}
 """``aps.interruption-level`` of an alert-style push by the kind's urgency."""
 COLLAPSE_ID_MAX = 64
-"""APNs refuses an ``apns-collapse-id`` longer than 64 bytes."""
+"""APNs refuses an ``apns-collapse-id`` longer than 64 bytes (a grouping value has 32)."""
 
 DEAD_REASONS = frozenset({"Unregistered", "ExpiredToken"})
 MISMATCH_REASONS = frozenset({"BadDeviceToken", "DeviceTokenNotForTopic", "TopicDisallowed"})
@@ -226,6 +232,14 @@ def registrant(body: Mapping[str, Any]) -> Registrant | Refusal:
     return Registrant(token, environment=body.get("environment") or "production")
 
 
+def pushkey_registrant(
+    pushkey: str, _data: Mapping[str, Any] | None, environment: str | None
+) -> Registrant | Refusal:
+    """A Matrix pusher of an APNs app: the pushkey is the device token (hex), the
+    environment the app's (``[matrix_gateway] apps``, default production)."""
+    return registrant({"token": pushkey, "environment": environment})
+
+
 def topic_delivery(body: Mapping[str, Any]) -> TopicDelivery | None:
     """Topic mode: ``token`` (hex) and an optional ``environment``; nothing else."""
     token, environment = body.get("token"), body.get("environment")
@@ -274,14 +288,6 @@ class ProviderTokens:
 
     def __repr__(self) -> str:
         return f"ProviderTokens(minted={self.minted})"
-
-
-def collapse_id(thread_id: str) -> str:
-    """The thread id, or a digest of it when it is longer than APNs allows."""
-    if len(thread_id.encode()) <= COLLAPSE_ID_MAX:
-        return thread_id
-    digest = hashlib.sha256(thread_id.encode()).digest()
-    return "t." + base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 def apns_outcome(
@@ -376,10 +382,13 @@ class ApnsProvider:
         return f"ApnsProvider(style={self._style.value!r})"
 
     def _alert(self, message: Message) -> bool:
-        """Whether ``message`` goes alert style: a summary always, a hint when the
-        provider's style is alert, a clearing or topic push never."""
+        """Whether ``message`` goes alert style: a summary always, a hint or a Matrix
+        event when the provider's style is alert, a clearing, topic or badge-only
+        push never."""
         if isinstance(message, SummaryMessage):
             return True
+        if isinstance(message, MatrixMessage):
+            return message.event_id is not None and self._style is ApnsStyle.ALERT
         return isinstance(message, PushMessage) and self._style is ApnsStyle.ALERT
 
     def _type_and_priority(self, message: Message) -> tuple[str, str]:
@@ -390,7 +399,7 @@ class ApnsProvider:
     def headers(self, message: Message) -> dict[str, str]:
         """The APNs request headers of ``message`` (without authorization): its push
         type and priority (see the module docstring), and its collapse id (the
-        thread, or the topic of a topic push)."""
+        thread's grouping value, or the topic of a topic push)."""
         push_type, priority = self._type_and_priority(message)
         out = {
             "apns-topic": self._topic,
@@ -400,8 +409,10 @@ class ApnsProvider:
         }
         if isinstance(message, TopicMessage):
             out["apns-collapse-id"] = message.collapse_id
-        elif message.thread_id is not None:
-            out["apns-collapse-id"] = collapse_id(message.thread_id)
+        else:
+            group = getattr(message, "group", None)
+            if group is not None:
+                out["apns-collapse-id"] = group
         return out
 
     def body(self, message: Message) -> bytes:
@@ -424,6 +435,9 @@ class ApnsProvider:
             badge = getattr(message, "badge", None)
             if badge is not None:
                 aps["badge"] = badge  # iOS sets the app icon's badge (push.badge)
+            group = getattr(message, "group", None)
+            if group is not None:
+                aps["thread-id"] = group  # iOS groups the conversation's notifications
         return orjson.dumps({"aps": aps, **message.payload()})
 
     async def send(self, target: Target, message: Message) -> Outcome:
@@ -442,8 +456,9 @@ class ApnsProvider:
             headers = [f"{k}: {v}" for k, v in self.headers(message).items()]
         else:
             headers = self._fixed[self._type_and_priority(message)]
-            if message.thread_id is not None:
-                headers = [*headers, f"apns-collapse-id: {collapse_id(message.thread_id)}"]
+            group = getattr(message, "group", None)
+            if group is not None:
+                headers = [*headers, f"apns-collapse-id: {group}"]
         content = self.body(message)
         # The whole send, resend included, within one bound (libcurl keeps it per request).
         deadline = trio.current_time() + self._bound

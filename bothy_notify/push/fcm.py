@@ -2,7 +2,8 @@
 
 Requests: ``POST {endpoint}/v1/projects/{project_id}/messages:send`` with a
 cached OAuth2 access token, a data-only message whose every value is a string
-(``urgency`` among them, so the app picks its notification channel),
+(``urgency`` among them, so the app picks its notification channel; ``tag``,
+the thread's grouping value, so it groups a conversation's notifications),
 ``android.priority`` NORMAL for a ``low`` urgency and HIGH otherwise, and for
 Apple devices the APNs headers ``apns-priority: 5`` and ``apns-push-type: background`` with
 ``content-available``. The project id and the token endpoint come from the
@@ -491,16 +492,27 @@ class FcmProvider:
     @staticmethod
     def message(target: Target, message: Message) -> dict[str, Any]:
         """The v1 request body: data-only, strings only, on Android priority NORMAL for
-        a ``low`` urgency (a clearing push, a summary) and HIGH otherwise, 5 on Apple;
-        never a collapse key (FCM keeps at most four per device)."""
+        a ``low`` urgency (a clearing push, a summary) and HIGH otherwise, 5 on Apple.
+
+        A push about a thread carries its grouping value (:mod:`.grouping`, an HMAC,
+        never the id) as the data member ``tag``, the app's notification tag and
+        group on Android, and as ``apns-collapse-id`` for Apple devices. Never an
+        Android ``collapse_key``: FCM keeps at most four per device and may drop
+        the pending pushes of any other thread beyond them."""
         low = getattr(message, "urgency", None) == "low"
+        data = message.string_payload()
+        apns_headers = {"apns-priority": "5", "apns-push-type": "background"}
+        group = getattr(message, "group", None)
+        if group is not None:
+            data["tag"] = group
+            apns_headers["apns-collapse-id"] = group
         return {
             "message": {
                 "token": target.token,
-                "data": message.string_payload(),
+                "data": data,
                 "android": {"priority": "NORMAL" if low else "HIGH"},
                 "apns": {
-                    "headers": {"apns-priority": "5", "apns-push-type": "background"},
+                    "headers": apns_headers,
                     "payload": {"aps": {"content-available": 1}},
                 },
             }

@@ -123,6 +123,9 @@ class PushMessage:
     """Unread threads of the person when the push is sent (``push.badge``); ``None``: off."""
     urgency: str | None = None
     """``low``, ``normal`` or ``high`` (the kind's, ``[notify.urgency]``)."""
+    group: str | None = None
+    """The thread's grouping value (:mod:`.grouping`: an HMAC, never the id) that
+    providers put where a phone groups a conversation; ``None``: no grouping."""
 
     def payload(self) -> dict[str, Any]:
         """The JSON payload: IDs as strings, absent members omitted (never null)."""
@@ -204,6 +207,8 @@ class ReadMessage:
     seq: int
     badge: int | None = None
     urgency: str | None = None
+    group: str | None = None
+    """The thread's grouping value (as :attr:`PushMessage.group`)."""
     kind = "read"
 
     def payload(self) -> dict[str, Any]:
@@ -227,6 +232,49 @@ class ReadMessage:
 
     def __repr__(self) -> str:
         return f"ReadMessage(seq={self.seq})"
+
+
+@dataclass(frozen=True, slots=True)
+class RemovedMessage:
+    """A deleted message's push (``notify.push_removed``): the device drops what it
+    shows of ``message_id`` and updates its badge. Content-free: ``{"kind":
+    "removed", "thread_id", "message_id", "badge"}`` (and the kind's ``urgency``).
+    Background style like :class:`ReadMessage` (APNs ``content-available``, priority
+    5, collapsed on the thread's grouping value; FCM data-only)."""
+
+    thread_id: str
+    message_id: str
+    badge: int | None = None
+    urgency: str | None = None
+    group: str | None = None
+    """The thread's grouping value (as :attr:`PushMessage.group`)."""
+    kind = "removed"
+
+    def payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": "removed",
+            "thread_id": self.thread_id,
+            "message_id": self.message_id,
+        }
+        if self.badge is not None:
+            out["badge"] = self.badge
+        if self.urgency is not None:
+            out["urgency"] = self.urgency
+        return out
+
+    def string_payload(self) -> dict[str, str]:
+        """The payload with every value a string (FCM data messages)."""
+        return {k: str(v) for k, v in self.payload().items()}
+
+    @property
+    def webhook_id(self) -> str:
+        """The Standard Webhooks message id: one per (thread, message), kept on
+        retries; a digest, never an id."""
+        digest = hashlib.sha256(f"{self.thread_id}\x00{self.message_id}".encode()).hexdigest()
+        return f"removed.{digest[:32]}"
+
+    def __repr__(self) -> str:
+        return "RemovedMessage()"
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,9 +308,60 @@ class SummaryMessage:
         return {k: str(v) for k, v in self.payload().items()}
 
 
-Message = PushMessage | TopicMessage | ReadMessage | SummaryMessage
+@dataclass(frozen=True, slots=True)
+class MatrixMessage:
+    """A Matrix homeserver's notification through the gateway (SPEC section 14c),
+    content-free whatever the homeserver sent: ``{"event_id", "room_id", "unread",
+    "missed_calls", "urgency"}`` (absent members omitted). The app fetches the event
+    by its id, as Element does with ``event_id_only``. ``unread`` is also the badge
+    (APNs alert style sets the icon's badge from it). A notification without an
+    event is a badge update: the counts alone, background style. Never collapsed:
+    each event is its own push. The repr shows no ID."""
+
+    event_id: str | None
+    room_id: str | None
+    unread: int | None = None
+    missed_calls: int | None = None
+    urgency: str | None = None
+    kind = "matrix"
+    thread_id = None
+
+    @property
+    def badge(self) -> int | None:
+        return self.unread
+
+    @property
+    def webhook_id(self) -> str:
+        """A message id kept on retries: a digest of the event (or of the counts)."""
+        key = self.event_id or f"badge.{self.unread}.{self.missed_calls}"
+        return "matrix." + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+    def payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.event_id is not None:
+            out["event_id"] = self.event_id
+        if self.room_id is not None:
+            out["room_id"] = self.room_id
+        if self.unread is not None:
+            out["unread"] = self.unread
+        if self.missed_calls is not None:
+            out["missed_calls"] = self.missed_calls
+        if self.urgency is not None:
+            out["urgency"] = self.urgency
+        return out
+
+    def string_payload(self) -> dict[str, str]:
+        """The payload with every value a string (FCM data messages)."""
+        return {k: str(v) for k, v in self.payload().items()}
+
+    def __repr__(self) -> str:
+        return f"MatrixMessage(badge_only={self.event_id is None})"
+
+
+Message = PushMessage | TopicMessage | ReadMessage | RemovedMessage | SummaryMessage | MatrixMessage
 """What a provider sends: a hint (person mode), a topic push (topic mode), a clearing
-push or a quiet period's summary."""
+push, a deleted message's push, a quiet period's summary, or a Matrix homeserver's
+notification."""
 
 
 @fast_init
@@ -316,10 +415,15 @@ class PushProvider(Protocol):
 
 @runtime_checkable
 class RegistrationChecker(Protocol):
-    """A provider that vets a token at registration (the webhook's URL policy)."""
+    """A provider that vets a token at registration (the webhook's URL policy, a Web
+    Push endpoint's hosts, a Matrix relay's gateway)."""
 
-    async def check_registration(self, token: str) -> tuple[str, str] | None:
-        """The bad field and a constant problem (never the token), or ``None`` when fine."""
+    async def check_registration(
+        self, token: str, secret: str | None = None
+    ) -> tuple[str, str] | None:
+        """The bad field and a constant problem (never the token), or ``None`` when fine.
+        ``secret`` is what the registration stores beside its token (a Matrix relay's
+        gateway URL), for a provider whose check needs it."""
         ...
 
 

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from bothy_notify.config import ConfigError, PushConfig, provider_apps
 from bothy_notify.kernel.clock import Clock, SystemClock
-from bothy_notify.push import apns, fake, fcm, webhook, webpush
+from bothy_notify.push import apns, fake, fcm, matrix, webhook, webpush
 from bothy_notify.push.port import (
     PushProvider,
     Refusal,
@@ -50,6 +50,17 @@ class BuildContext:
     stdout: TextIO | None = None
     resolver: Resolver | None = None
     max_age: timedelta = timedelta(hours=1)
+
+
+PushkeyRegistrant = Callable[[str, Mapping[str, Any] | None, str | None], Registrant | Refusal]
+"""``(pushkey, data, environment)`` of a Matrix pusher -> what its registration stores."""
+
+
+def _token_pushkey(
+    pushkey: str, _data: Mapping[str, Any] | None, _env: str | None
+) -> Registrant | Refusal:
+    """A pushkey that is the device token itself (FCM, the fake provider)."""
+    return plain_registrant({"token": pushkey})
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,10 @@ class ProviderEntry:
             changed hands); when false it is refused (409).
         topic_delivery: how a topic-mode recipient gives this channel (``None``:
             not a topic-mode channel); ``topic_refusal`` its later checks.
+        pushkey: how a Matrix pusher gives this provider (``(pushkey, data,
+            environment)``, the Matrix gateway's devices, SPEC section 14c);
+            ``None``: a ``[matrix_gateway] apps`` entry may not name it.
+        environments: the registration environments it knows; empty: it has none.
     """
 
     name: str
@@ -101,6 +116,8 @@ class ProviderEntry:
         ]
         | None
     ) = None
+    pushkey: PushkeyRegistrant | None = None
+    environments: tuple[str, ...] = ()
 
     def block(self, push: PushConfig) -> Any | None:
         """Its configuration block, or ``None`` when it is not configured."""
@@ -135,6 +152,8 @@ PROVIDERS: Mapping[str, ProviderEntry] = {
             rejection_hint=apns.REJECTION_HINT,
             mismatch_hint=apns.MISMATCH_HINT,
             topic_delivery=apns.topic_delivery,
+            pushkey=apns.pushkey_registrant,
+            environments=apns.ENVIRONMENTS,
         ),
         ProviderEntry(
             name="fcm",
@@ -149,6 +168,7 @@ PROVIDERS: Mapping[str, ProviderEntry] = {
             rejection_hint=fcm.REJECTION_HINT,
             mismatch_hint=fcm.MISMATCH_HINT,
             topic_delivery=plain_topic_delivery,
+            pushkey=_token_pushkey,
         ),
         ProviderEntry(
             name="webhook",
@@ -180,6 +200,19 @@ PROVIDERS: Mapping[str, ProviderEntry] = {
             rejection_hint=webpush.REJECTION_HINT,
             explained=webpush.EXPLAINED,
             moves=False,
+            pushkey=webpush.pushkey_registrant,
+        ),
+        ProviderEntry(
+            name="matrix",
+            title="Matrix gateway",
+            token_max=matrix.TOKEN_MAX,
+            fields=frozenset({"token", "gateway"}),
+            registrant=matrix.registrant,
+            prepare=matrix.prepare,
+            build=lambda settings, ctx: matrix.build(settings, ctx.clock, ctx.resolver),
+            hints=matrix.HINTS,
+            rejection_hint=matrix.REJECTION_HINT,
+            explained=matrix.EXPLAINED,
         ),
         ProviderEntry(
             name="fake",
@@ -190,6 +223,7 @@ PROVIDERS: Mapping[str, ProviderEntry] = {
             prepare=fake.prepare,
             build=lambda settings, ctx: fake.build(settings, dev=ctx.dev, stdout=ctx.stdout),
             topic_delivery=plain_topic_delivery,
+            pushkey=_token_pushkey,
         ),
     )
 }
@@ -293,20 +327,23 @@ def build(
     return out
 
 
-RegistrationCheck = Callable[[str, str | None, str], Awaitable[tuple[str, str] | None]]
-"""``(provider, app_id, token) -> (field, problem) | None``: the API's registration hook."""
+RegistrationCheck = Callable[..., Awaitable[tuple[str, str] | None]]
+"""``(provider, app_id, token, secret=None) -> (field, problem) | None``: the API's
+registration hook (``secret``: what the registration stores beside its token)."""
 
 
 def registration_check(providers: Providers) -> RegistrationCheck:
     """The API hook that lets a provider vet a token at registration (a webhook's URL
     policy, a Web Push endpoint's allowed hosts), through the app's own provider."""
 
-    async def check_token(provider: str, app_id: str | None, token: str) -> tuple[str, str] | None:
+    async def check_token(
+        provider: str, app_id: str | None, token: str, secret: str | None = None
+    ) -> tuple[str, str] | None:
         found = providers.find(provider, app_id)
         if found is None:
             return None
         if isinstance(found, RegistrationChecker):
-            return await found.check_registration(token)
+            return await found.check_registration(token, secret)
         return None
 
     return check_token

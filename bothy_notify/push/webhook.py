@@ -189,7 +189,9 @@ class WebhookProvider:
     def __repr__(self) -> str:
         return f"WebhookProvider(allowed_domains={len(self._allowed)})"
 
-    async def check_registration(self, token: str) -> tuple[str, str] | None:
+    async def check_registration(
+        self, token: str, secret: str | None = None
+    ) -> tuple[str, str] | None:
         """Refuse a webhook URL whose host is not allowed or resolves to a blocked address.
 
         Returns the field and a constant problem (never the URL), or ``None``.

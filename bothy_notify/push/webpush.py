@@ -15,21 +15,26 @@ spelling (:class:`Endpoint`: the host lower-cased without a trailing dot, no
 One send (:meth:`WebPushProvider.send`):
 
 1. a subscription past its ``expirationTime`` is dead without a send;
-2. the host must still be allowed (else rejected, logged, never contacted);
+2. an endpoint that answered 429 is not contacted before its Retry-After
+   (:class:`EndpointBackoff`: per endpoint, never per host);
+3. the host must still be allowed (else rejected, logged, never contacted);
    it is resolved for this attempt (attempts to one push service at the same
    moment share one lookup, answered after each began), and every address is
    judged by the registries' table (:mod:`.addresses`) unless
    ``allow_private_addresses``; the connection goes to the checked address
    (libcurl's ``CONNECT_TO``: TLS and ``Host`` name the endpoint's host, a DNS
    answer changed in between cannot redirect it; a connection is reused only
-   for the same host and address);
-3. the content-free payload (the same JSON every provider sends) is encrypted
+   for the same host and address; :mod:`.lookups`);
+4. the content-free payload (the same JSON every provider sends) is encrypted
    for the subscription: an ephemeral P-256 key pair per message, ECDH with
    ``p256dh`` and HKDF with ``auth`` (``cryptography``), then the ``aes128gcm``
-   content coding by ``http-ece`` (AES-128-GCM, one record);
-4. ``POST`` to the endpoint with ``TTL`` (``push.max_age``), ``Urgency`` (the
-   message's, else ``normal``), ``Topic`` (a base64url digest of the thread id
-   cut to 32 characters: pushes collapse by thread without naming it),
+   content coding by ``http-ece`` (AES-128-GCM, one record); a body over
+   :data:`BODY_MAX` (4,096 bytes) is rejected without a send;
+5. ``POST`` to the endpoint with ``TTL`` (``push.max_age``), ``Urgency`` (the
+   message's, else ``normal``), ``Topic`` (the thread's grouping value,
+   :mod:`.grouping`: an HMAC of the thread id under the server key, 32 base64url
+   characters: pushes of a thread collapse at the push service, which never learns
+   or can guess the id; a topic push's a digest of its topic),
    ``Content-Encoding: aes128gcm`` and ``Authorization: vapid t=<JWT>, k=<public
    key>``; the ES256 JWT has ``aud`` = the endpoint's origin, ``sub`` =
    ``push.webpush.subject`` and ``exp`` 12 hours ahead, and is cached per origin
@@ -46,7 +51,9 @@ Answers become outcomes here and nowhere else:
                                               or subject; logged once a minute
                                               with the keys to check
 429                                           transient, Retry-After honoured up
-                                              to 300 s
+                                              to 300 s; that endpoint (never the
+                                              others of its host) is not contacted
+                                              again before it
 5xx                                           transient
 no answer: timeout, connection, DNS, TLS      transient, ``ours`` (the push service
                                               is shared: never a strike)
@@ -82,6 +89,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from bothy_notify.config import ConfigError, Secret, WebPushSettings
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.push.http2 import Http2Client
+from bothy_notify.push.lookups import SharedLookups, connect_to, parse_endpoint
 from bothy_notify.push.port import (
     Message,
     Outcome,
@@ -92,7 +100,6 @@ from bothy_notify.push.port import (
     Unresolved,
 )
 from bothy_notify.push.resolver import (
-    IPAddress,
     ResolveError,
     Resolver,
     SystemResolver,
@@ -131,6 +138,14 @@ OUR_MISTAKE = frozenset({400, 401, 403})
 """The push service refused our request as such: the VAPID key or subject."""
 NOT_ALLOWED = "endpoint_not_allowed"
 EXPIRED = "subscription_expired"
+RATE_LIMITED = "http_429"
+"""The reason of a send to an endpoint that answered 429 and is backed off (the 429's)."""
+BODY_MAX = 4096
+"""Longest encrypted body: RFC 8291 pushes fit one 4,096-byte record, and UnifiedPush
+distributors refuse larger ones (SERV 1.2)."""
+BACKOFF_ENTRIES = 10_000
+"""Endpoints remembered as backed off at once (each a 32-byte digest and a time); past
+it, the soonest to end are forgotten first."""
 _SUBSCRIPTION_FIELDS = frozenset({"endpoint", "keys", "expirationTime"})
 _KEY_FIELDS = frozenset({"p256dh", "auth"})
 _POINT_BYTES = 65
@@ -157,54 +172,6 @@ def unb64url(text: object) -> bytes | None:
 
 
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+={0,2}")
-_ENDPOINT = re.compile(
-    r"https://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::([0-9]{1,5}))?((?:/[\x21-\x7e]*)?)"
-)
-"""An endpoint's host, port and path, read at registration and at every send without
-building a URL object (the rest of the URL's rules: :func:`_endpoint_url`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """A push service endpoint in its one spelling: the host lower-cased without a
-    trailing dot (an IPv6 literal without brackets), the port 1-65535 (443 when the
-    URL names none), and the path as given.
-
-    :attr:`origin` is the VAPID JWT's ``aud`` (RFC 8292: the origin of the push
-    resource, RFC 6454's serialisation, the default port left out) and :attr:`url`
-    what a registration stores and a send posts to.
-    """
-
-    host: str
-    port: int
-    path: str
-
-    @property
-    def origin(self) -> str:
-        authority = f"[{self.host}]" if ":" in self.host else self.host
-        return f"https://{authority}" if self.port == 443 else f"https://{authority}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return self.origin + self.path
-
-
-@functools.lru_cache(maxsize=4096)
-def parse_endpoint(text: str) -> Endpoint | None:
-    """``text`` as an :class:`Endpoint`, or ``None`` when it is not an https URL of the
-    endpoint's form or its port is outside 1-65535 (written without leading zeros)."""
-    match = _ENDPOINT.fullmatch(text)
-    if match is None:
-        return None
-    name, port_text, path = match.groups()
-    host = name[1:-1].lower() if name.startswith("[") else name.lower().rstrip(".")
-    if not host:
-        return None
-    if port_text is None:
-        return Endpoint(host, 443, path)
-    if port_text.startswith("0") or not 1 <= int(port_text) <= 65_535:
-        return None
-    return Endpoint(host, int(port_text), path)
 
 
 def public_key_b64(key: ec.EllipticCurvePrivateKey) -> str:
@@ -350,6 +317,22 @@ def registrant(body: Mapping[str, Any]) -> Registrant | Refusal:
     return Registrant(parsed.url, secret=pack_keys(p256dh, auth), expires_at=expires_at)
 
 
+def pushkey_registrant(
+    pushkey: str, data: Mapping[str, Any] | None, _environment: str | None
+) -> Registrant | Refusal:
+    """A Matrix pusher of a Web Push app: the pushkey is the subscription's endpoint
+    and ``data.keys`` its ``p256dh`` and ``auth`` (SPEC section 14c); or, as Sygnal
+    reads a pusher, the pushkey is ``p256dh`` and ``data.endpoint`` and
+    ``data.auth`` the rest. Checked as a registration's ``subscription`` is."""
+    data = data or {}
+    endpoint = data.get("endpoint")
+    if isinstance(endpoint, str):
+        keys: object = {"p256dh": pushkey, "auth": data.get("auth")}
+    else:
+        endpoint, keys = pushkey, data.get("keys")
+    return registrant({"subscription": {"endpoint": endpoint, "keys": keys}})
+
+
 def _endpoint_url(endpoint: str) -> httpx.URL | None:
     try:
         url = httpx.URL(endpoint)
@@ -444,11 +427,10 @@ def encrypt(content: bytes, p256dh: bytes, auth: bytes) -> bytes:
     return coded[:20] + bytes((len(as_public),)) + as_public + coded[21:]
 
 
-def topic_header(thread_or_topic: str | bytes) -> str:
-    """``Topic``: a base64url SHA-256 digest cut to 32 characters, so pushes of one
-    thread collapse at the push service while it never learns the thread id."""
-    raw = thread_or_topic.encode() if isinstance(thread_or_topic, str) else thread_or_topic
-    return b64url(hashlib.sha256(raw).digest())[:TOPIC_MAX]
+def topic_header(topic: bytes) -> str:
+    """A topic push's ``Topic``: a base64url SHA-256 digest of the topic cut to 32
+    characters (a push about a thread carries its grouping value instead)."""
+    return b64url(hashlib.sha256(topic).digest())[:TOPIC_MAX]
 
 
 def urgency_of(message: Message) -> str:
@@ -473,6 +455,41 @@ def webpush_outcome(status: int | NoAnswer, retry_after: timedelta | None = None
     if 300 <= status <= 399:
         return Outcome.rejected("redirect")
     return Outcome.rejected(code)
+
+
+class EndpointBackoff:
+    """Endpoints that answered 429, each until its Retry-After (at least the provider's
+    minimum): keyed by the endpoint, never by its host, since a push service limits
+    each subscription on its own (UnifiedPush asks application servers to honour
+    limits per endpoint, not host) and another subscription on the same host must
+    not wait. At most :data:`BACKOFF_ENTRIES` are kept, by the endpoint's digest."""
+
+    def __init__(self, limit: int = BACKOFF_ENTRIES) -> None:
+        self._until: dict[bytes, datetime] = {}
+        self._limit = limit
+
+    def __repr__(self) -> str:
+        return f"EndpointBackoff(endpoints={len(self._until)})"
+
+    def left(self, endpoint: str, now: datetime) -> timedelta | None:
+        """How long ``endpoint`` is still backed off at ``now`` (``None``: not)."""
+        if not self._until:
+            return None
+        key = hashlib.sha256(endpoint.encode()).digest()
+        until = self._until.get(key)
+        if until is None:
+            return None
+        if until <= now:
+            del self._until[key]
+            return None
+        return until - now
+
+    def note(self, endpoint: str, until: datetime) -> None:
+        """``endpoint`` answered 429: back it off until ``until``."""
+        if len(self._until) >= self._limit:
+            kept = sorted(self._until.items(), key=lambda item: item[1])[-(self._limit // 2) :]
+            self._until = dict(kept)
+        self._until[hashlib.sha256(endpoint.encode()).digest()] = until
 
 
 # ---------------------------------------------------------------- the provider
@@ -576,7 +593,8 @@ class WebPushProvider:
             ca_file=ca_file, name="webpush", max_host_connections=HOST_CONNECTIONS
         )
         self._throttle = LogThrottle()
-        self._lookups: dict[tuple[str, int], _Lookup] = {}
+        self._lookups = SharedLookups(self._resolver)
+        self.backoff = EndpointBackoff()
 
     def __repr__(self) -> str:
         return f"WebPushProvider(allowed_endpoints={len(self._allowed)})"
@@ -586,7 +604,9 @@ class WebPushProvider:
         """The VAPID public key in base64url (``GET /v1/webpush/key``)."""
         return self.vapid.public_key
 
-    async def check_registration(self, token: str) -> tuple[str, str] | None:
+    async def check_registration(
+        self, token: str, secret: str | None = None
+    ) -> tuple[str, str] | None:
         """Refuse an endpoint whose host is not in ``allowed_endpoints``."""
         await trio.lowlevel.checkpoint()
         endpoint = parse_endpoint(token)
@@ -610,8 +630,10 @@ class WebPushProvider:
         ]
         if isinstance(message, TopicMessage):
             out.append(f"topic: {topic_header(message.topic)}")
-        elif message.thread_id is not None:
-            out.append(f"topic: {topic_header(message.thread_id)}")
+        else:
+            group = getattr(message, "group", None)
+            if group is not None:
+                out.append(f"topic: {group}")
         return out
 
     @staticmethod
@@ -635,6 +657,10 @@ class WebPushProvider:
         keys = unpack_keys(target.signing_key)
         if keys is None:
             return Outcome.rejected("bad_subscription_keys")
+        waiting = self.backoff.left(endpoint.url, self._clock.now())
+        if waiting is not None:
+            # The endpoint asked us to slow down: not contacted before its Retry-After.
+            return Outcome.transient(RATE_LIMITED, waiting)
         if not host_allowed(host, self._allowed):
             if self._throttle.allow(NOT_ALLOWED):
                 log.warning(
@@ -646,7 +672,7 @@ class WebPushProvider:
             return Outcome.rejected(NOT_ALLOWED)
         deadline = trio.current_time() + self._bound
         try:
-            addresses = await self._resolve(host, port, deadline)
+            addresses = await self._lookups.resolve(host, port, deadline)
         except ResolveError:
             return Outcome.transient("dns_error", RETRY_MINIMUM, ours=True)
         if addresses is None:
@@ -654,23 +680,27 @@ class WebPushProvider:
         if not self._allow_private and any(is_blocked_address(a) for a in addresses):
             # Logged with what to check by the token lifecycle (rejections).
             return Outcome.rejected("private_address")
-        origin, connect_to = endpoint.origin, _connect_to(host, port, addresses[0])
         try:
             content = encrypt(self.body(message), *keys)
         except (ValueError, http_ece.ECEException):
             return Outcome.rejected("bad_subscription_keys")
+        if len(content) > BODY_MAX:
+            return Outcome.rejected("too_large")
         answer = await self._client.request(
             endpoint.url,
-            self.headers(message, origin),
+            self.headers(message, endpoint.origin),
             content,
             bound=max(0.001, deadline - trio.current_time()),
-            connect_to=connect_to,
+            connect_to=connect_to(host, port, addresses[0]),
         )
         if isinstance(answer, NoAnswer):
             return webpush_outcome(answer)
+        now = self._clock.now()
         outcome = webpush_outcome(
-            answer.status, parse_retry_after(answer.header("retry-after"), self._clock.now())
+            answer.status, parse_retry_after(answer.header("retry-after"), now)
         )
+        if answer.status == 429 and outcome.retry_after is not None:
+            self.backoff.note(endpoint.url, now + outcome.retry_after)
         if answer.status in OUR_MISTAKE and self._throttle.allow(outcome.reason):
             log.warning(
                 "a Web Push service refused our request (HTTP %d): check %s.vapid_private_key"
@@ -683,59 +713,9 @@ class WebPushProvider:
             )
         return outcome
 
-    async def _resolve(self, host: str, port: int, deadline: float) -> list[IPAddress] | None:
-        """The host's addresses, looked up for this attempt (``None``: not by ``deadline``).
-
-        Attempts to the same host at the same moment (a claimed batch to one push
-        service) wait for one lookup, whose answer arrives after each of them began;
-        only the attempt that looks up keeps a deadline scope (the others wait for
-        its answer, and look up themselves should it be cancelled first). Raises
-        :class:`ResolveError`.
-        """
-        key = (host, port)
-        while trio.current_time() < deadline:
-            lookup = self._lookups.get(key)
-            if lookup is None:
-                lookup = self._lookups[key] = _Lookup()
-                try:
-                    with trio.move_on_at(deadline):
-                        lookup.addresses = await self._resolver.resolve(host, port)
-                except ResolveError:
-                    lookup.failed = True
-                finally:
-                    del self._lookups[key]
-                    lookup.done.set()
-            else:
-                await lookup.done.wait()
-            if lookup.failed:
-                raise ResolveError("the host could not be resolved")
-            if lookup.addresses is not None:
-                return lookup.addresses
-            # The attempt that looked up ran out of time first: look up again.
-        return None
-
     async def aclose(self) -> None:
         """Close the connections."""
         await self._client.aclose()
-
-
-@functools.lru_cache(maxsize=1024)
-def _connect_to(host: str, port: int, address: IPAddress) -> str:
-    """libcurl's ``CONNECT_TO`` from a push service's host and port to the checked
-    address."""
-    literal = f"[{address}]" if address.version == 6 else str(address)
-    return f"{host}:{port}:{literal}:{port}"
-
-
-class _Lookup:
-    """One name lookup that several attempts wait for."""
-
-    __slots__ = ("addresses", "done", "failed")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.addresses: list[IPAddress] | None = None
-        self.failed = False
 
 
 # ---------------------------------------------------------------- what to check

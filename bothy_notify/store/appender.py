@@ -11,6 +11,16 @@ transaction for every request that waited, as PostgreSQL's own group commit
 writes one WAL flush for many transactions. A request alone (nothing running)
 goes at once, so no request waits for company.
 
+Waking the round. ``bothy.append_event`` ends with ``NOTIFY bothy_events``,
+which PostgreSQL signals to every backend of the database that listens on any
+channel (the round's, the runner's, the gateway's). When the round is held in
+this very process (:class:`LocalRound`), the statement leaves the ``NOTIFY``
+out and the appender wakes the round itself once the statement returned, so
+the round reads the committed events. Should the round move away between the
+two (its connection lost, another node took it), its next holder reads the
+events in its first round (catch-up), or at its poll interval: later, never
+lost.
+
 Each request keeps its own answer. The shared statement is all or nothing, so
 when the database refuses one of its events (:class:`~bothy_notify.store.
 events.EventRejected`: Python's validation ran first, so this is rare), no
@@ -23,7 +33,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -32,6 +42,18 @@ from bothy_notify.store.db import Database
 from bothy_notify.store.events import EventRejected
 
 Batch = Sequence[tuple[str, Mapping[str, Any]]]
+
+
+class LocalRound(Protocol):
+    """The consumer round of this process, as the appender sees it."""
+
+    def holds(self) -> bool:
+        """Whether this process holds the round now and listens for its wake-ups."""
+        ...
+
+    def wake(self) -> None:
+        """Run a round soon: events were committed (never blocks, any thread)."""
+        ...
 
 
 class _Waiting:
@@ -56,11 +78,16 @@ class GroupAppender:
         db: the API's pool.
         limit: the most events one statement carries (``server.max_batch_events``
             or more: one request's batch always fits alone).
+        local_round: the round when this process may hold it (role ``all``);
+            while it does, it is woken here instead of by ``NOTIFY``.
     """
 
-    def __init__(self, db: Database, *, limit: int = 5000) -> None:
+    def __init__(
+        self, db: Database, *, limit: int = 5000, local_round: LocalRound | None = None
+    ) -> None:
         self._db = db
         self._limit = limit
+        self._local_round = local_round
         self._queue: list[_Waiting] = []
         self._running = False
         self.statements = 0
@@ -130,19 +157,26 @@ class GroupAppender:
     async def _append_group(self, group: list[_Waiting]) -> None:
         """One statement for every batch of ``group``; when the database refuses an
         event, each batch on its own. Sets each one's ``seqs`` or ``error``."""
-        db = self._db
-        if len(group) > 1:
-            try:
-                seqs = await eventlog.append_direct(db, [e for w in group for e in w.batch])
-            except EventRejected:
-                pass  # nothing was kept: each batch alone tells whose it was
-            else:
-                at = 0
-                for w in group:
-                    w.seqs, at = seqs[at : at + len(w.batch)], at + len(w.batch)
-                return
-        for w in group:
-            try:
-                w.seqs = await eventlog.append_direct(db, w.batch)
-            except EventRejected as exc:
-                w.error = exc
+        db, local = self._db, self._local_round
+        wake = local is not None and local.holds()
+        try:
+            if len(group) > 1:
+                try:
+                    seqs = await eventlog.append_direct(
+                        db, [e for w in group for e in w.batch], notify=not wake
+                    )
+                except EventRejected:
+                    pass  # nothing was kept: each batch alone tells whose it was
+                else:
+                    at = 0
+                    for w in group:
+                        w.seqs, at = seqs[at : at + len(w.batch)], at + len(w.batch)
+                    return
+            for w in group:
+                try:
+                    w.seqs = await eventlog.append_direct(db, w.batch, notify=not wake)
+                except EventRejected as exc:
+                    w.error = exc
+        finally:
+            if wake and local is not None and any(w.seqs for w in group):
+                local.wake()

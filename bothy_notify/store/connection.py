@@ -44,6 +44,18 @@ a statement            ``statement_timeout`` on the server (a slow statement
                        the server's answer, in :class:`BoundedConnection`
 =====================  ====================================================
 
+Commits. A connection commits synchronously (PostgreSQL's default: the commit
+returns once its WAL is flushed) unless it is opened with ``asynchronous_commit``
+(``synchronous_commit = off`` for its session): then the commit returns at once
+and the WAL writer flushes it within ``3 * wal_writer_delay``. A crash of the
+server (not of the daemon) in between loses that commit, never a later one's
+without it, and nothing that a synchronous commit made after it depends on (the
+flush is cumulative). Only writes whose loss is redone by the daemon itself get
+it: the consumer round's transaction (its events are read again and decided
+again) and the completion of jobs (the job runs again at its lease's end), so a
+crash costs at most a duplicate delivery, which the at-least-once contract
+allows. An append never does: it is answered only once it is durable.
+
 One rule for cancellation, on every path: a statement once sent is waited for.
 A caller cancelled while its statement runs gets the statement's result (or
 error) and the cancellation at its next checkpoint; the wait is bounded by
@@ -311,15 +323,21 @@ class BoundedConnection(psycopg.Connection[Any]):
             raise NoAnswer("the server did not answer in time") from exc
 
 
-def configure(conn: BoundedConnection, timeouts: DatabaseTimeouts) -> None:
+def configure(
+    conn: BoundedConnection, timeouts: DatabaseTimeouts, *, asynchronous_commit: bool = False
+) -> None:
     """Give a new connection its bounds: the response bound in the client and, on the
-    server, the session's settings (:meth:`DatabaseTimeouts.session`). Blocking.
+    server, the session's settings (:meth:`DatabaseTimeouts.session`, and
+    ``synchronous_commit = off`` with ``asynchronous_commit``: see the module's
+    docstring). Blocking.
 
     Set by one statement rather than the ``options`` startup parameter, which
     PgBouncer refuses. Leaves the connection idle (commits when not autocommit).
     """
     conn.bound_responses(timeouts.response)
     settings = timeouts.session()
+    if asynchronous_commit:
+        settings["synchronous_commit"] = "off"
     if settings:
         calls = ", ".join("set_config(%s, %s, false)" for _ in settings)
         conn.execute(f"SELECT {calls}", [v for kv in settings.items() for v in kv])
@@ -327,13 +345,20 @@ def configure(conn: BoundedConnection, timeouts: DatabaseTimeouts) -> None:
             conn.commit()
 
 
-def connect(url: str, timeouts: DatabaseTimeouts, *, autocommit: bool = True) -> Conn:
+def connect(
+    url: str,
+    timeouts: DatabaseTimeouts,
+    *,
+    autocommit: bool = True,
+    asynchronous_commit: bool = False,
+) -> Conn:
     """A new connection to ``url`` with ``timeouts``; psycopg's errors are the caller's
     to translate. Blocking: at most ``connect`` seconds per host of the URL, and one
-    statement (``statement_timeout``) bounded by ``response``."""
+    statement (``statement_timeout``) bounded by ``response``. ``asynchronous_commit``:
+    see the module's docstring."""
     conn = BoundedConnection.connect(url, autocommit=autocommit, **timeouts.libpq())
     try:
-        configure(conn, timeouts)
+        configure(conn, timeouts, asynchronous_commit=asynchronous_commit)
     except BaseException:
         conn.close()
         raise
@@ -341,19 +366,26 @@ def connect(url: str, timeouts: DatabaseTimeouts, *, autocommit: bool = True) ->
 
 
 def connect_dedicated(
-    url: str, *, autocommit: bool = True, timeouts: DatabaseTimeouts = UNBOUNDED_STATEMENTS
+    url: str,
+    *,
+    autocommit: bool = True,
+    timeouts: DatabaseTimeouts = UNBOUNDED_STATEMENTS,
+    asynchronous_commit: bool = False,
 ) -> Conn:
     """A connection outside the pool (a listener, migrations, a command); autocommit
     by default, so explicit ``conn.transaction()`` blocks are the only transactions.
     The daemon's own (listeners, the direct connection) pass their ``timeouts``;
-    without, statements are unbounded (:data:`UNBOUNDED_STATEMENTS`).
+    without, statements are unbounded (:data:`UNBOUNDED_STATEMENTS`). Its commits
+    are synchronous unless ``asynchronous_commit`` (see the module's docstring).
 
     Raises:
         StoreError: the database cannot be reached (:class:`StoreUnavailable`) or
             refused the session's settings.
     """
     with translate_errors():
-        return connect(url, timeouts, autocommit=autocommit)
+        return connect(
+            url, timeouts, autocommit=autocommit, asynchronous_commit=asynchronous_commit
+        )
 
 
 def connection_limit(url: str, *, timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS) -> int:

@@ -81,6 +81,11 @@ class Database:
         wait: seconds a caller waits for a free connection before
             :class:`StoreUnavailable`; an HTTP request should not wait long.
         timeouts: the bounds of every wait (``[database]``).
+        direct_asynchronous_commit: the :attr:`direct` connection's commits return
+            before their WAL is flushed (the job runner's completions, which the
+            runner redoes after a server crash; see
+            :mod:`bothy_notify.store.connection`). The pool's commits stay
+            synchronous.
     """
 
     def __init__(
@@ -91,8 +96,10 @@ class Database:
         name: str = "bothy",
         wait: float = POOL_WAIT,
         timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS,
+        direct_asynchronous_commit: bool = False,
     ) -> None:
         self._url = url
+        self._direct_asynchronous_commit = direct_asynchronous_commit
         self.pool_size = pool_size
         self.name = name
         self.timeouts = timeouts
@@ -148,7 +155,11 @@ class Database:
         (:mod:`bothy_notify.store.direct`), opened at its first statement and closed
         with the pool. Outside the pool's size."""
         if self._direct is None:
-            self._direct = DirectConnection(self._url, timeouts=self.timeouts)
+            self._direct = DirectConnection(
+                self._url,
+                timeouts=self.timeouts,
+                asynchronous_commit=self._direct_asynchronous_commit,
+            )
         return self._direct
 
     def run_sync(

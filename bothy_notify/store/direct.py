@@ -56,11 +56,21 @@ class DirectConnection:
     Args:
         url: the database URL (never logged).
         timeouts: the bounds (``[database]``).
+        asynchronous_commit: its statements' commits return before their WAL is
+            flushed (see :mod:`bothy_notify.store.connection`): for writes the
+            daemon redoes after a server crash, never for appends.
     """
 
-    def __init__(self, url: str, *, timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS,
+        asynchronous_commit: bool = False,
+    ) -> None:
         self._url = url
         self._timeouts = timeouts
+        self._asynchronous_commit = asynchronous_commit
         self._conn: Conn | None = None
         self._prepared: set[bytes] = set()
         self._lock = trio.Lock()
@@ -95,7 +105,11 @@ class DirectConnection:
             conn = self._conn
             if conn is None or conn.closed:
                 conn = self._conn = await trio.to_thread.run_sync(
-                    lambda: connect_dedicated(self._url, timeouts=self._timeouts)
+                    lambda: connect_dedicated(
+                        self._url,
+                        timeouts=self._timeouts,
+                        asynchronous_commit=self._asynchronous_commit,
+                    )
                 )
                 conn.pgconn.nonblocking = 1
                 self._prepared = set()

@@ -107,15 +107,35 @@ APPEND_STATEMENT = (
 )
 """:func:`append_direct`'s statement: the batch as one JSON array of [type, payload]."""
 
+APPEND_QUIETLY_STATEMENT = (
+    b"WITH i AS (INSERT INTO bothy.events (type, payload)"
+    b" SELECT e->>0, bothy.checked_event(e->>0, e->1)"
+    b" FROM jsonb_array_elements($1::text::jsonb) WITH ORDINALITY AS x(e, n) ORDER BY n"
+    b" RETURNING seq) SELECT seq FROM i ORDER BY seq"
+)
+"""What ``bothy.append_event`` does (the same check), without its ``NOTIFY bothy_events``.
+The seqs are drawn in the batch's order, so in seq order they are the batch's."""
 
-async def append_direct(db: Database, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[int]:
+
+async def append_direct(
+    db: Database, events: Sequence[tuple[str, Mapping[str, Any]]], *, notify: bool = True
+) -> list[int]:
     """:func:`append` as one statement of its own (it commits alone) on the Trio
-    thread's connection (:meth:`Database.query_direct`): all or nothing."""
+    thread's connection (:meth:`Database.query_direct`): all or nothing.
+
+    ``notify=False`` leaves out ``NOTIFY bothy_events``: the caller wakes the round
+    itself, once this returned (it holds the round in its own process).
+    """
     if not events:
         return []
     batch = json.dumps([[t, p] for t, p in events], separators=(",", ":")).encode()
+    name, statement = (
+        (b"bothy_append_events", APPEND_STATEMENT)
+        if notify
+        else (b"bothy_append_events_quietly", APPEND_QUIETLY_STATEMENT)
+    )
     try:
-        rows = await db.query_direct(b"bothy_append_events", APPEND_STATEMENT, [batch])
+        rows = await db.query_direct(name, statement, [batch])
     except StatementError as exc:
         if exc.sqlstate.startswith("22"):  # data exceptions: the events' own fault
             raise _rejection(exc.sqlstate, exc.message) from None

@@ -162,6 +162,9 @@ class JobWriter:
         self.added = 0
         self.claimed: list[Job] = []
         """The jobs :meth:`finish` inserted already claimed (:meth:`claim_here`)."""
+        self.inserted: dict[str, int] = {}
+        """The id of each job with a unique key that :meth:`finish` inserted, by its key
+        (a key already taken is absent)."""
 
     def __repr__(self) -> str:
         return f"JobWriter(added={self.added}, claimed={len(self.claimed)})"
@@ -294,10 +297,13 @@ class JobWriter:
                 " ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING"
                 " RETURNING id, unique_key, state)"
                 " SELECT count(*), array_agg(id) FILTER (WHERE state = 'running'),"
-                "  array_agg(unique_key) FILTER (WHERE state = 'running') FROM ins",
+                "  array_agg(unique_key) FILTER (WHERE state = 'running'),"
+                "  array_agg(id), array_agg(unique_key) FROM ins",
                 (self._now, lease_until, rows.decode()),
             ).fetchone()
             inserted += int(row[0]) if row else 0
+            if row and row[3]:
+                self.inserted.update(zip(row[4], (int(i) for i in row[3]), strict=True))
             if row and row[1]:
                 specs = {s.unique_key: s for s, h in zip(keyed, here, strict=True) if h}
                 for job_id, key in zip(row[1], row[2], strict=True):

@@ -53,6 +53,13 @@ Rules:
 The round waits and runs in one worker-thread call (:meth:`Listening.wait_then`):
 a notification starts the round without a hop through Trio, on the connection
 that holds the round's advisory lock.
+
+**A nudge from this process.** :meth:`Listener.nudge` ends a wait as a
+notification would (with ``[]``), through a second pipe that the wait polls
+beside the socket, without the database: the HTTP API wakes a round held in its
+own process so (``store.appender``) instead of a ``NOTIFY``, which PostgreSQL
+signals to every listening backend of the database. A nudge that comes while
+no wait runs ends the next one at once: none is lost between two waits.
 """
 
 from __future__ import annotations
@@ -152,6 +159,9 @@ class Listener:
             with the connection in hand: what the service may have missed. Not
             called for a service that never listens on a connection.
         timeouts: the bounds of its connection's waits (``[database]``).
+        asynchronous_commit: its connection's commits return before their WAL is
+            flushed (the round's transactions, which the round redoes after a
+            server crash; see :mod:`bothy_notify.store.connection`).
 
     Raises:
         ValueError: a channel name ``LISTEN`` would need quoted.
@@ -166,6 +176,7 @@ class Listener:
         reconnect: Backoff,
         catch_up: CatchUp | None = None,
         timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS,
+        asynchronous_commit: bool = False,
     ) -> None:
         for channel in channels:
             if not _CHANNEL.fullmatch(channel):
@@ -176,10 +187,12 @@ class Listener:
         self._reconnect = reconnect
         self._catch_up = catch_up
         self._timeouts = timeouts
+        self._asynchronous_commit = asynchronous_commit
         self._limiter = trio.CapacityLimiter(1)
         self._task_status: trio.TaskStatus[None] | None = None
         self._wake: tuple[int, int] | None = None
         self._interrupted = False
+        self._nudge: tuple[int, int] | None = None
         self._listening: Listening | None = None
         self._connections = 0
         self._failures = 0
@@ -225,14 +238,24 @@ class Listener:
         os.set_blocking(read_end, False)
         os.set_blocking(write_end, False)
         self._wake, self._interrupted = (read_end, write_end), False
+        nudge_read, nudge_write = os.pipe()
+        os.set_blocking(nudge_read, False)
+        os.set_blocking(nudge_write, False)
+        self._nudge = (nudge_read, nudge_write)
         try:
             while True:
                 listening: Listening | None = None
                 try:
                     conn, pid, fd = await trio.to_thread.run_sync(
-                        translated(_connect), self._url, self._timeouts, limiter=self._limiter
+                        translated(_connect),
+                        self._url,
+                        self._timeouts,
+                        self._asynchronous_commit,
+                        limiter=self._limiter,
                     )
-                    listening = self._listening = Listening(self, conn, pid, fd, read_end)
+                    listening = self._listening = Listening(
+                        self, conn, pid, fd, read_end, nudge_read
+                    )
                     self._connections += 1
                     retries.succeeded()
                     await serve(listening)
@@ -259,14 +282,23 @@ class Listener:
                 finally:
                     self._reconnect_wait = None
         finally:
-            self._wake = None
-            os.close(read_end)
-            os.close(write_end)
+            self._wake = self._nudge = None
+            for end in (read_end, write_end, nudge_read, nudge_write):
+                os.close(end)
 
     def _started(self) -> None:
         status, self._task_status = self._task_status, None
         if status is not None:
             status.started()
+
+    def nudge(self) -> None:
+        """End the current wait as a notification would, or the next one at once if
+        none runs (any thread; it never blocks). Nothing while :meth:`run` is not
+        running."""
+        if self._nudge is not None:
+            # A full pipe holds a nudge already: the next wait ends at once anyway.
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._nudge[1], b"!")
 
     def _interrupt(self) -> None:
         """Wake a wait under way (called in the Trio thread when its task is cancelled)."""
@@ -292,7 +324,9 @@ class Listening:
     psycopg's errors translated to :class:`StoreError`.
     """
 
-    def __init__(self, listener: Listener, conn: Conn, pid: int, fd: int, wake_fd: int) -> None:
+    def __init__(
+        self, listener: Listener, conn: Conn, pid: int, fd: int, wake_fd: int, nudge_fd: int
+    ) -> None:
         self._listener = listener
         self._conn = conn
         self.listening = False
@@ -302,7 +336,9 @@ class Listening:
         self._poller = select.poll()
         self._poller.register(fd, select.POLLIN)
         self._poller.register(wake_fd, select.POLLIN)
+        self._poller.register(nudge_fd, select.POLLIN)
         self._wake_fd = wake_fd
+        self._nudge_fd = nudge_fd
 
     def __repr__(self) -> str:
         return f"Listening({self._listener.name!r}, listening={self.listening})"
@@ -342,7 +378,8 @@ class Listening:
         """The notifications that arrive within ``at_most`` seconds (``None``: wait
         until one does; ``0``: only those already received). Returns as soon as
         one arrives, with every one received so far; ``[]`` when the time ran out
-        (a fallback poll, not a failure: hence no cancel scope).
+        (a fallback poll, not a failure: hence no cancel scope) or the listener
+        was nudged (:meth:`Listener.nudge`).
 
         Cancellation: the wait ends at once.
 
@@ -385,6 +422,7 @@ class Listening:
             self._conn,
             self._poller,
             self._wake_fd,
+            self._nudge_fd,
             deadline,
             self._listener._timeouts.listen_check,
         )
@@ -437,9 +475,11 @@ def delivering(on_notify: Callable[[list[Notification]], None]) -> Serve:
     return serve
 
 
-def _connect(url: str, timeouts: DatabaseTimeouts) -> tuple[Conn, int, int]:
+def _connect(
+    url: str, timeouts: DatabaseTimeouts, asynchronous_commit: bool
+) -> tuple[Conn, int, int]:
     """Blocking: a dedicated connection, its server process id and its socket."""
-    conn = connect_dedicated(url, timeouts=timeouts)
+    conn = connect_dedicated(url, timeouts=timeouts, asynchronous_commit=asynchronous_commit)
     try:
         return conn, conn.info.backend_pid, conn.fileno()
     except BaseException:
@@ -458,11 +498,18 @@ def _notifications(_conn: Conn, got: list[Notification]) -> list[Notification]:
 
 
 def _wait_for_notifications(
-    conn: Conn, poller: select.poll, wake_fd: int, deadline: float | None, check_every: float
+    conn: Conn,
+    poller: select.poll,
+    wake_fd: int,
+    nudge_fd: int,
+    deadline: float | None,
+    check_every: float,
 ) -> list[Notification] | None:
     """Blocking: the notifications received by ``deadline`` (``time.monotonic()``;
-    ``None``: no limit), as soon as there is one; ``[]`` when the deadline passed;
-    ``None`` when ``wake_fd`` became readable first (the waiting task was cancelled).
+    ``None``: no limit), as soon as there is one; ``[]`` when the deadline passed or
+    ``nudge_fd`` became readable (it is drained first, so a nudge after this returns
+    ends the next wait); ``None`` when ``wake_fd`` became readable first (the
+    waiting task was cancelled).
 
     Notifications that came in while the connection ran other statements are
     already read (psycopg keeps them) and are returned at once. After
@@ -484,9 +531,16 @@ def _wait_for_notifications(
             continue
         until = check_at if deadline is None else min(deadline, check_at)
         ready = poller.poll(math.ceil((until - now) * 1000))
+        nudged = False
         for fd, _ in ready:
             if fd == wake_fd:
                 return None
+            nudged = nudged or fd == nudge_fd
+        if nudged:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(nudge_fd, 64):
+                    pass
+            return [Notification(n.channel, n.payload) for n in conn.notifies(timeout=0)]
         if ready:
             # The server said something (a notification, a message of another kind,
             # or the end of the connection: the next read raises): it is alive.

@@ -11,10 +11,18 @@ a burst of reads sends one push. The job takes the flag back when it runs
 (:func:`take_pending`) and reads the position then, so its push carries the
 newest; its delivery removes the mark unless a newer push marked it again
 (:func:`remove_many`). Marks go with their registration (``ON DELETE CASCADE``).
+
+A deleted message (issue 33) queues one ``notify.push_removed`` per marked active
+registration of the thread, whoever's, with none pending (:func:`queue_removals`;
+``removed_pending`` keeps a burst of deletions to one push); the job takes the flag
+back when it runs (:func:`take_removed_pending`) and sends a ``removed`` push, or
+the ``read`` clear when nothing of the thread is left unread for the person (whose
+delivery removes the mark as a clear's does).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,6 +32,7 @@ from bothy_notify.store.db import Conn
 from bothy_notify.store.jobs import JobSpec, JobWriter
 
 PUSH_CLEAR = "notify.push_clear"
+PUSH_REMOVED = "notify.push_removed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +104,65 @@ def queue_clears(
             )
         )
     return writer.finish()
+
+
+def queue_removals(conn: Conn, thread_id: str, clearing: Clearing) -> int:
+    """Queue one ``notify.push_removed`` per marked active registration of the thread
+    (anyone's) with none pending, ``push.clear_delay`` from now; returns how many."""
+    # A popular thread has marks of thousands of registrations: each is reached by its
+    # key from the thread's marks (fenced), never by a join the planner could make a
+    # scan of the whole registrations table.
+    rows = conn.execute(
+        "WITH marked AS (SELECT m.registration_id FROM bothy.push_marks m"
+        "  CROSS JOIN LATERAL (SELECT 1 FROM bothy.push_registrations r"
+        "   WHERE r.id = m.registration_id AND r.invalidated_at IS NULL OFFSET 0) r"
+        "  WHERE m.thread_id = %(thread)s AND NOT m.removed_pending)"
+        " UPDATE bothy.push_marks m SET removed_pending = true FROM marked k"
+        " WHERE m.registration_id = k.registration_id AND m.thread_id = %(thread)s"
+        " RETURNING m.registration_id, m.user_id",
+        {"thread": thread_id},
+    ).fetchall()
+    if not rows:
+        return 0
+    writer = JobWriter(conn, clearing.now)
+    at = clearing.now + clearing.delay
+    for registration_id, user_id in rows:
+        writer.add(
+            JobSpec(
+                kind=PUSH_REMOVED,
+                args={
+                    "user_id": str(user_id),
+                    "registration_id": str(registration_id),
+                    "thread_id": thread_id,
+                },
+                scheduled_at=at,
+                max_attempts=clearing.max_attempts,
+            )
+        )
+    return writer.finish()
+
+
+def take_removed_pending(
+    conn: Conn, keys: Collection[tuple[str, str]]
+) -> dict[tuple[str, str], datetime]:
+    """For (registration_id, thread_id) keys: each existing mark's ``marked_at``, its
+    ``removed_pending`` flag taken back (a deletion from now on queues another)."""
+    if not keys:
+        return {}
+    keys = list(keys)
+    # The marks by their key (``= ANY``: one index descent per key, whatever the count;
+    # joined to the pairs as a table the planner scanned the marks whole).
+    registrations = json.dumps([k[0] for k in keys])
+    rows = conn.execute(
+        "UPDATE bothy.push_marks m SET removed_pending = false"
+        " FROM ROWS FROM (json_array_elements_text(%(r)s::json),"
+        "  json_array_elements_text(%(t)s::json)) AS k(registration_id, thread_id)"
+        " WHERE m.registration_id = ANY(ARRAY(SELECT json_array_elements_text(%(r)s::json)))"
+        " AND m.registration_id = k.registration_id AND m.thread_id = k.thread_id"
+        " RETURNING m.registration_id, m.thread_id, m.marked_at",
+        {"r": registrations, "t": json.dumps([k[1] for k in keys])},
+    ).fetchall()
+    return {(str(r[0]), str(r[1])): r[2] for r in rows}
 
 
 def take_pending(conn: Conn, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], datetime]:

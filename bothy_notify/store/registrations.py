@@ -12,11 +12,14 @@ the scope is the person, so a URL never moves between people and a second
 person registering the same URL gets a registration (and signing key) of
 their own; a Web Push endpoint is unique like a device token but never moves
 (``moves=False``: another person registering it is refused with
-:class:`RegistrationTaken`). The unique index is on the token's SHA-256, so no
-token length can overflow it. ``signing_key`` holds a registration's key
-material, never returned: a webhook's signing key, a Web Push subscription's
-``p256dh`` and ``auth``; ``expires_at`` a registration's own expiry (a Web Push
-``expirationTime``).
+:class:`RegistrationTaken`). The Matrix gateway's registrations
+(:mod:`bothy_notify.store.matrix`) belong to principals of the daemon's own, whose
+ids hold a ``/``; their scope is that principal, so they never move either. The
+unique index is on the token's SHA-256, so no token length can overflow it.
+``signing_key`` holds what a registration keeps beside its token, never
+returned: a webhook's signing key, a Web Push subscription's ``p256dh`` and
+``auth``, a Matrix relay's gateway URL; ``expires_at`` a registration's own
+expiry (a Web Push ``expirationTime``).
 
 A person holds at most ``push.max_registrations_per_person`` registrations:
 a new one first makes room by deleting the person's oldest invalidated
@@ -146,8 +149,10 @@ class RegistrationTaken(Exception):
 
 
 def owner_scope(provider: str, user_id: str) -> str:
-    """The owner part of a registration's unique key (see the module docstring)."""
-    return user_id if provider == _WEBHOOK else ""
+    """The owner part of a registration's unique key (see the module docstring), as
+    the generated column computes it: the person for a webhook, and the principal for
+    one of the daemon's own (an id with a ``/``: the Matrix gateway's)."""
+    return user_id if provider == _WEBHOOK or "/" in user_id else ""
 
 
 def upsert(

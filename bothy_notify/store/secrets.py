@@ -2,12 +2,14 @@
 
 Setting a name again retires the old value (kept, so a mistyped paste can be
 recovered from the table by an operator) and makes the new one current.
-Reading a missing secret returns ``None``; nothing is ever invented.
+Reading a missing secret returns ``None``; nothing is ever invented, except the
+keys the daemon makes for itself (:func:`ensure`: the thread grouping key).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bothy_notify.store.db import Conn
@@ -45,3 +47,17 @@ def put(conn: Conn, name: str, value: str) -> StoredSecret:
     ).rowcount
     conn.execute("INSERT INTO bothy.secrets (name, value) VALUES (%s, %s)", (name, value))
     return StoredSecret(name, len(value), value[-4:] if len(value) >= 8 else "", retired > 0)
+
+
+def ensure(conn: Conn, name: str, make: Callable[[], str]) -> str:
+    """The current secret ``name``; a new one from ``make`` stored first when there is
+    none (a secret the daemon makes itself, such as the thread grouping key). Safe
+    when several processes start at once: they all read the one that was stored."""
+    conn.execute(
+        "INSERT INTO bothy.secrets (name, value) VALUES (%s, %s)"
+        " ON CONFLICT (name) WHERE retired_at IS NULL DO NOTHING",
+        (name, make()),
+    )
+    found = get(conn, name)
+    assert found is not None  # stored above, or by whoever was first
+    return found

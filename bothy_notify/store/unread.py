@@ -9,7 +9,7 @@ list and the app's own call never disagree.
 
 Each read is one statement for any number of people, reaching ``follows`` per
 person by its key (a fenced LATERAL, see :mod:`bothy_notify.notify.facts` on the
-forms; ``tests/test_read_plans.py``).
+forms; ``tests/notify/test_read_plans.py``).
 """
 
 from __future__ import annotations

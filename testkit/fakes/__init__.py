@@ -13,8 +13,12 @@ is sent; tests script its answers.
   and a browser that decrypts what it is sent.
 - :mod:`~testkit.fakes.webhook`: a webhook receiver verifying Standard Webhooks
   signatures.
+- :mod:`~testkit.fakes.distributor`: a UnifiedPush distributor's push server
+  (ntfy's endpoints), holding the daemon to UnifiedPush's server rules.
+- :mod:`~testkit.fakes.matrix_gateway`: an upstream Matrix push gateway
+  (Sygnal's side of the Push Gateway API).
 - :mod:`~testkit.fakes.asgi`: serving an ASGI app over TLS with Hypercorn (the
-  last three are Starlette apps).
+  Starlette apps among them).
 
 :func:`start_fake` starts the fake APNs a push benchmark names (``--fake``).
 """

@@ -3,7 +3,8 @@
 The token endpoint checks the service account's signed JWT assertion (RS256,
 issuer, audience, scope) and issues access tokens. ``messages:send`` checks
 the bearer token and the message the way FCM does (data-only, every data value
-a string, Android priority HIGH or NORMAL, APNs priority 5 background) and answers with
+a string, Android priority HIGH or NORMAL, APNs priority 5 background, an
+``apns-collapse-id`` of at most 64 bytes) and answers with
 HTTP v1 error bodies whose details are typed (``FcmError``,
 ``google.rpc.QuotaFailure``). Answers are scripted per registration token.
 """
@@ -221,8 +222,12 @@ class FakeFcm:
         if message.get("android", {}).get("priority") not in ("HIGH", "NORMAL"):
             return "android.priority is not HIGH or NORMAL"
         apns = message.get("apns", {})
-        if apns.get("headers") != {"apns-priority": "5", "apns-push-type": "background"}:
+        headers = dict(apns.get("headers") or {})
+        collapse = headers.pop("apns-collapse-id", "")
+        if headers != {"apns-priority": "5", "apns-push-type": "background"}:
             return "apns headers are not priority 5 background"
+        if not isinstance(collapse, str) or len(collapse.encode()) > 64:
+            return "apns-collapse-id is longer than 64 bytes"
         if apns.get("payload", {}).get("aps") != {"content-available": 1}:
             return "apns payload is not content-available"
         return None

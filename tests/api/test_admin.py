@@ -21,11 +21,11 @@ from bothy_notify.kernel.metrics import SKIP_REASONS
 from bothy_notify.push.recent import BUCKET_SECONDS, WINDOW_SECONDS, RecentSends
 from gateway.service import build_gateway
 from tests.cluster.support import cluster_config
+from tests.daemon.test_dead_letters_cli import SETUP, bothy_logger, fix_the_triggers
 from tests.gateway.client import connect_live
 from tests.gateway.world import DELAY, message, start
 from tests.harness import TEST_KEY, Launch, Node, device_token, ev, make_config, producer_token
-from tests.test_dead_letters_cli import SETUP, bothy_logger, fix_the_triggers
-from tests.test_poison import FUTURE_TYPE, POISON_MEMBER, prepare
+from tests.runner.test_poison import FUTURE_TYPE, POISON_MEMBER, prepare
 
 __all__ = ["bothy_logger"]  # a fixture: main() sets up the bothy logger, put back after
 

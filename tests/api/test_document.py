@@ -66,7 +66,7 @@ def branches(document: dict[str, Any], schema: str, field: str) -> list[str]:
 
 
 def test_the_served_document_stands_alone_and_loads() -> None:
-    document = served_document(enums())
+    document = served_document(enums(matrix_devices=100))
     refs: list[str] = []
 
     def walk(node: object) -> None:
@@ -90,6 +90,16 @@ def test_the_served_document_stands_alone_and_loads() -> None:
         if method in ("get", "put", "post", "delete")
     }
     assert served == base
+
+
+def test_the_matrix_gateways_path_is_served_only_when_configured() -> None:
+    assert "/_matrix/push/v1/notify" not in served_document(enums())["paths"]
+    document = served_document(enums(matrix_devices=7))
+    assert "/_matrix/push/v1/notify" in document["paths"]
+    request = {"notification": {"devices": [{"app_id": "a", "pushkey": "k"}] * 7}}
+    assert accepts(document, "MatrixNotifyRequest", request)
+    request["notification"]["devices"] *= 2
+    assert not accepts(document, "MatrixNotifyRequest", request)
 
 
 def test_only_the_configured_providers_and_channels_have_a_branch() -> None:

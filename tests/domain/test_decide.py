@@ -25,6 +25,7 @@ from bothy_notify.notify.domain import (
     decide,
     flush_hint,
     fold_into,
+    only_deleted,
     open_window,
     release_delayed,
 )
@@ -105,6 +106,18 @@ SKIP_TABLE = [
     ),
     ("read at the message", msg(5), facts(read_position=5), SkipReason.READ),
     ("read past the message", msg(5), facts(read_position=9), SkipReason.READ),
+    (
+        "an edit's mention with mentions off never falls back to a message",
+        msg(kind="mention", mentions=frozenset({"alex"}), mention_only=True),
+        facts(categories_off=frozenset({"mentions"})),
+        SkipReason.PREFERENCE,
+    ),
+    (
+        "an edit's mention at level none",
+        msg(kind="mention", mentions=frozenset({"alex"}), mention_only=True),
+        facts(level=Level.NONE),
+        SkipReason.PREFERENCE,
+    ),
     ("no devices at all", msg(), facts(devices=()), SkipReason.NO_REGISTRATION),
     ("device without registration", msg(), facts(devices=(BARE,)), SkipReason.NO_REGISTRATION),
 ]
@@ -134,6 +147,13 @@ def test_mention_wins_over_message_for_a_mentioned_recipient() -> None:
         msg(mentions=frozenset({"alex"})), facts(level=Level.MENTIONS), POLICY, now=NOW
     )
     assert isinstance(decision, Delivery) and decision.kind == "mention"
+
+
+def test_an_edits_mention_is_a_mention_at_level_mentions() -> None:
+    hint = msg(kind="mention", mentions=frozenset({"alex"}), mention_only=True)
+    decision = decide(hint, facts(level=Level.MENTIONS), POLICY, now=NOW)
+    assert isinstance(decision, Delivery) and decision.kind == "mention"
+    assert decision.category == "mentions" and not decision.quiet
 
 
 def test_mentions_off_but_level_all_falls_back_to_message() -> None:
@@ -307,6 +327,47 @@ def test_flush_with_a_folded_mention_is_a_loud_mention() -> None:
     window = Window(NOW, NOW, 3, 1, 3, "m3", mention=True)
     hint = flush_hint(window, nid="f", thread_id="t1", read_position=0, last_message_seq=3)
     assert hint is not None and hint.kind == "mention" and hint.quiet is False
+
+
+ONLY_DELETED = [
+    # (folded after the opener: first_seq 1 .. newest 4), read position, deleted -> only deleted
+    ("nothing deleted", 0, set(), False),
+    ("every folded message deleted", 0, {2, 3, 4}, True),
+    ("one folded message left", 0, {3, 4}, False),
+    ("the rest was read", 2, {3, 4}, True),
+    ("the opener's deletion does not count", 0, {1, 3, 4}, False),
+    ("deletions outside the window do not count", 0, {5, 6, 7}, False),
+    ("read up to the newest", 4, set(), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "position", "deleted", "only"), ONLY_DELETED, ids=[row[0] for row in ONLY_DELETED]
+)
+def test_a_flush_counts_only_deleted_messages(
+    name: str, position: int, deleted: set[int], only: bool
+) -> None:
+    window = Window(NOW, NOW, 4, 1, 4, "m4")
+    assert only_deleted(window, position, deleted) is only
+
+
+def test_a_flush_whose_newest_message_went_points_at_the_thread_up_to_its_last() -> None:
+    window = Window(NOW, NOW, 4, 1, 4, "m4")
+    hint = flush_hint(
+        window, nid="f", thread_id="t1", read_position=1, last_message_seq=3, deleted={4}
+    )
+    assert hint is not None
+    assert (hint.message_id, hint.message_seq, hint.count) == (None, 3, 2)
+
+
+def test_a_flush_whose_newest_message_went_and_the_rest_was_read_gives_nothing() -> None:
+    window = Window(NOW, NOW, 4, 1, 4, "m4")
+    assert (
+        flush_hint(
+            window, nid="f", thread_id="t1", read_position=3, last_message_seq=3, deleted={4}
+        )
+        is None
+    )
 
 
 def test_release_check() -> None:

@@ -421,7 +421,7 @@ def check(tmp: Path, progress: Progress) -> None:
         env=env,
         what="bothy-notify demo",
     )
-    if "All six cases behaved as planned" not in demo.stdout:
+    if "All seven cases behaved as planned" not in demo.stdout:
         raise CheckFailed(f"the demo did not succeed:\n{demo.stdout}")
 
 

@@ -11,7 +11,8 @@ import trio
 
 from bothy_notify.config import ApnsStyle, ConfigError, structure_config
 from bothy_notify.kernel.clock import FakeClock
-from bothy_notify.push.apns import ApnsCredentials, ApnsProvider, apns_outcome, collapse_id
+from bothy_notify.push.apns import ApnsCredentials, ApnsProvider, apns_outcome
+from bothy_notify.push.grouping import ThreadGrouping
 from bothy_notify.push.port import (
     OutcomeKind,
     PushMessage,
@@ -25,6 +26,7 @@ from testkit.fakes.apns import Answer, FakeApns
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
 
 TOKEN = "ab" * 32
+GROUP = ThreadGrouping("a-test-grouping-key").of("t1")
 MESSAGE = PushMessage(
     nid="0190c0de-0000-7000-8000-000000000001",
     kind="message",
@@ -32,6 +34,7 @@ MESSAGE = PushMessage(
     quiet=False,
     thread_id="t1",
     message_id="m1",
+    group=GROUP,
 )
 
 
@@ -82,7 +85,7 @@ async def test_200_is_delivered_as_a_background_push_with_a_verified_jwt(
     assert request.headers["apns-topic"] == TOPIC
     assert request.headers["apns-push-type"] == "background"
     assert request.headers["apns-priority"] == "5"
-    assert request.headers["apns-collapse-id"] == "t1"
+    assert request.headers["apns-collapse-id"] == GROUP
     assert request.jwt_header == {"alg": "ES256", "kid": KEY_ID, "typ": "JWT"}
     assert request.jwt_claims["iss"] == TEAM_ID
     assert request.body == {
@@ -106,11 +109,13 @@ async def test_alert_style_sends_the_generic_title_at_priority_10_with_sound(
     (request,) = fake_apns.requests
     assert request.headers["apns-push-type"] == "alert"
     assert request.headers["apns-priority"] == "10"
+    assert request.headers["apns-collapse-id"] == GROUP
     assert request.body["aps"] == {
         "alert": {"title": "New activity"},
         "mutable-content": 1,
         "interruption-level": "active",
         "sound": "default",
+        "thread-id": GROUP,
     }
 
 
@@ -168,13 +173,14 @@ async def test_a_clearing_push_is_background_priority_5_collapsed_on_its_thread_
     fake_apns: FakeApns, apns_key: ApnsKey, ca_file: str, now_clock: FakeClock
 ) -> None:
     apns = provider(fake_apns, apns_key, ca_file, now_clock, style=ApnsStyle.ALERT)
-    await apns.send(target(), ReadMessage(thread_id="t1", seq=7, badge=2, urgency="low"))
+    clear = ReadMessage(thread_id="t1", seq=7, badge=2, urgency="low", group=GROUP)
+    await apns.send(target(), clear)
     await apns.aclose()
 
     (request,) = fake_apns.requests
     assert request.headers["apns-push-type"] == "background"
     assert request.headers["apns-priority"] == "5"
-    assert request.headers["apns-collapse-id"] == "t1"
+    assert request.headers["apns-collapse-id"] == GROUP
     assert request.body == {
         "aps": {"content-available": 1},
         "kind": "read",
@@ -410,12 +416,6 @@ async def test_mismatch_log_names_environment_and_topic_and_points_at_the_build(
     assert "sandbox" in text and TOPIC in text
     assert "shipped build" in text and "not the device" in text
     assert TOKEN not in text and "reg-1" not in text and "alex" not in text
-
-
-def test_a_long_thread_id_collapses_by_digest_within_64_bytes() -> None:
-    assert collapse_id("t1") == "t1"
-    long = collapse_id("x" * 128)
-    assert len(long) <= 64 and long == collapse_id("x" * 128) != collapse_id("y" * 128)
 
 
 async def test_a_malformed_device_token_is_rejected_without_a_request(

@@ -9,7 +9,8 @@ from typing import Any
 
 from bothy_notify.config import ApnsStyle
 from bothy_notify.kernel.clock import FakeClock
-from bothy_notify.push.apns import ApnsCredentials, ApnsProvider, collapse_id
+from bothy_notify.push.apns import ApnsCredentials, ApnsProvider
+from bothy_notify.push.grouping import GROUPING_SECRET, ThreadGrouping
 from testkit.fakes.apns import FakeApns
 from tests.harness import Launch, device_token, ev, make_config
 from tests.push.conftest import KEY_ID, TEAM_ID, TOPIC, ApnsKey
@@ -68,10 +69,17 @@ async def test_the_apns_request_of_a_read_push_is_background_priority_5_collapse
     await fake_apns.wait_for(2)
 
     hint, read = fake_apns.requests
+    # Grouped by the HMAC of the thread id under the key the daemon stored at start.
+    ((key,),) = await node.sql(
+        "SELECT value FROM bothy.secrets WHERE name = %s AND retired_at IS NULL",
+        (GROUPING_SECRET,),
+    )
+    group = ThreadGrouping(key).of("t1")
     assert hint.headers["apns-push-type"] == "alert"
+    assert hint.body["aps"]["thread-id"] == hint.headers["apns-collapse-id"] == group
     assert read.headers["apns-push-type"] == "background"
     assert read.headers["apns-priority"] == "5"
-    assert read.headers["apns-collapse-id"] == collapse_id("t1")
+    assert read.headers["apns-collapse-id"] == group
     assert read.body == {
         "aps": {"content-available": 1},
         "kind": "read",

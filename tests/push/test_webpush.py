@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import hashlib
 import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -18,6 +17,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from bothy_notify.config import ConfigError, Secret
 from bothy_notify.kernel.clock import FakeClock
+from bothy_notify.push.grouping import ThreadGrouping
+from bothy_notify.push.lookups import parse_endpoint
 from bothy_notify.push.port import OutcomeKind, PushMessage, Refusal, Registrant, Target
 from bothy_notify.push.resolver import FakeResolver
 from bothy_notify.push.transport import NoAnswer
@@ -25,7 +26,6 @@ from bothy_notify.push.webpush import (
     WebPushProvider,
     generate_vapid_key,
     load_vapid_key,
-    parse_endpoint,
     public_key_b64,
     registrant,
     topic_header,
@@ -43,6 +43,7 @@ MESSAGE = PushMessage(
     thread_id=THREAD,
     message_id="m9",
     mv="0123456789abcdef",
+    group=ThreadGrouping("a-test-grouping-key").of(THREAD),
 )
 
 
@@ -114,8 +115,7 @@ async def test_a_push_is_encrypted_for_the_subscription_and_signed_with_vapid(
     assert push.headers["ttl"] == "1800"
     assert push.headers["urgency"] == "normal"
     assert push.headers["content-encoding"] == "aes128gcm"
-    digest = base64.urlsafe_b64encode(hashlib.sha256(THREAD.encode()).digest()).decode()
-    assert push.headers["topic"] == digest.rstrip("=")[:32]
+    assert push.headers["topic"] == MESSAGE.group  # the thread's grouping value
     assert THREAD not in str(push.headers)
     assert push.claims["aud"] == f"https://{HOST}:{service.port}"
     assert push.claims["sub"] == "mailto:ops@bothy.test"
@@ -327,12 +327,12 @@ def test_the_outcome_of_no_answer_and_of_other_statuses() -> None:
     assert webpush_outcome(204).kind is OutcomeKind.REJECTED
 
 
-def test_the_topic_is_a_digest_cut_to_32_base64url_characters() -> None:
-    topic = topic_header("t" * 500)
+def test_a_topic_pushs_topic_is_a_digest_cut_to_32_base64url_characters() -> None:
+    topic = topic_header(b"t" * 500)
     assert len(topic) == 32 and set(topic) <= set(
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
     )
-    assert topic_header("a") != topic_header("b")
+    assert topic_header(b"a") != topic_header(b"b")
 
 
 # ---------------------------------------------------------------- the subscription

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 import pytest
 import trio
 
@@ -134,3 +135,76 @@ async def test_a_value_jsonb_cannot_hold_is_refused_like_the_pooled_append(db: D
         await db.run(lambda c: append(c, [nul]))
     assert (direct.value.field, direct.value.problem) == (pooled.value.field, pooled.value.problem)
     assert await stored(db) == []
+
+
+class Round:
+    """A :class:`~bothy_notify.store.appender.LocalRound` that counts its wake-ups and
+    the events committed at each (read on a connection of its own, blocking)."""
+
+    def __init__(self, database_url: str, *, held: bool) -> None:
+        self.database_url = database_url
+        self.held = held
+        self.seen_at_wake: list[int] = []
+
+    @property
+    def wakes(self) -> int:
+        return len(self.seen_at_wake)
+
+    def holds(self) -> bool:
+        return self.held
+
+    def wake(self) -> None:
+        with psycopg.connect(self.database_url) as conn:
+            row = conn.execute("SELECT count(*) FROM bothy.events").fetchone()
+        self.seen_at_wake.append(int(row[0]) if row else -1)
+
+
+def listening(database_url: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(database_url, autocommit=True)
+    conn.execute("LISTEN bothy_events")
+    return conn
+
+
+def received(conn: psycopg.Connection[Any]) -> int:
+    """How many notifications arrived; blocks for the first one (bounded)."""
+    got = list(conn.notifies(timeout=10, stop_after=1))
+    return len(got) + len(list(conn.notifies(timeout=0)))
+
+
+async def test_a_round_held_in_this_process_is_woken_directly_without_a_notify(
+    db: Database, database_url: str
+) -> None:
+    here = Round(database_url, held=True)
+    listener = listening(database_url)
+    try:
+        seqs = await GroupAppender(db, local_round=here).append(
+            [message(1), message(2), message(3)]
+        )
+        assert here.seen_at_wake == [3]  # woken once, after the commit
+        assert [m for _, m in await stored(db)] == ["m1", "m2", "m3"]
+        assert seqs == [seq for seq, _ in await stored(db)]  # the batch's order
+        # An outbox append notifies; it is the only notification (they come in
+        # commit order, so the first append's would have come before it).
+        await db.run(lambda c: append(c, [message(4)]))
+        assert await trio.to_thread.run_sync(received, listener) == 1
+    finally:
+        listener.close()
+
+
+async def test_a_round_held_elsewhere_is_woken_by_notify(db: Database, database_url: str) -> None:
+    elsewhere = Round(database_url, held=False)
+    listener = listening(database_url)
+    try:
+        await GroupAppender(db, local_round=elsewhere).append([message(1)])
+        assert elsewhere.wakes == 0
+        assert await trio.to_thread.run_sync(received, listener) == 1
+    finally:
+        listener.close()
+
+
+async def test_a_refused_batch_does_not_wake_the_round(db: Database, database_url: str) -> None:
+    here = Round(database_url, held=True)
+    bad = ("message.created", {"thread_id": "t", "message_id": "bad", "author_id": "a"})
+    with pytest.raises(EventRejected):
+        await GroupAppender(db, local_round=here).append([bad])
+    assert here.wakes == 0 and await stored(db) == []

@@ -227,6 +227,64 @@ async def test_a_notification_before_the_work_starts_it_in_the_same_thread_call(
     assert seen == [(["go"], "listener test")]
 
 
+async def test_a_nudge_ends_a_wait_as_a_notification_would_before_or_during_it(
+    database_url: str,
+) -> None:
+    listener = listener_for(database_url, Received())
+    ended: list[list[Notification]] = []
+
+    async def serve(listening: Listening) -> None:
+        await listening.listen()
+        listener.nudge()  # no wait runs: the next one ends at once
+        ended.append(await listening.wait())  # no time limit: only a nudge ends it
+        async with trio.open_nursery() as nursery:
+
+            async def nudge_while_waiting() -> None:
+                await trio.testing.wait_all_tasks_blocked()
+                listener.nudge()
+
+            nursery.start_soon(nudge_while_waiting)
+            ended.append(await listening.wait())
+
+    with trio.fail_after(10):
+        await listener.run(serve)
+    assert ended == [[], []]
+
+
+async def test_a_nudge_ends_one_wait_only(
+    database_url: str, jump_clock: trio.testing.MockClock
+) -> None:
+    listener = listener_for(database_url, Received())
+    outcome: list[str] = []
+
+    async def serve(listening: Listening) -> None:
+        await listening.listen()
+        listener.nudge()
+        listener.nudge()  # two nudges before a wait still end that one wait only
+        await listening.wait()
+        with trio.move_on_after(RECONNECT) as scope:
+            async with trio.open_nursery() as nursery:
+
+                async def jump_once_waiting() -> None:
+                    await trio.testing.wait_all_tasks_blocked()
+                    jump_clock.jump(RECONNECT)
+
+                nursery.start_soon(jump_once_waiting)
+                await listening.wait()
+                outcome.append("the second wait ended by itself")
+        if scope.cancelled_caught:
+            outcome.append("the second wait lasted until it was cancelled")
+
+    await listener.run(serve)
+    assert outcome == ["the second wait lasted until it was cancelled"]
+
+
+def test_a_nudge_before_the_listener_runs_is_nothing() -> None:
+    listener = Listener("postgresql://", [CHANNEL], name="test", reconnect=Backoff(1, 1))
+    listener.nudge()  # no pipe yet: no error, nothing kept for later
+    assert not listener.connected
+
+
 async def test_database_errors_reach_serve_as_store_errors(database_url: str) -> None:
     listener = listener_for(database_url, Received())
     caught: list[BaseException] = []

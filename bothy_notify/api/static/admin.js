@@ -7,6 +7,7 @@
   const KEY = "bothy.admin.token";
   const REFRESH_MS = 2000;
   const OUTCOMES = ["delivered", "transient", "rejected", "mismatch", "dead"];
+  const MATRIX_OUTCOMES = ["delivered", "rejected", "refused", "pending", "duplicate"];
   const $ = (id) => document.getElementById(id);
   let timer = null;
   let busy = false;
@@ -160,6 +161,25 @@
       }
     }
     fill("providers", providerRows, "no provider configured", 10);
+
+    const matrix = s.matrix || { apps: [], requests: {} };
+    $("matrix-card").hidden = matrix.apps.length === 0;
+    $("matrix-requests").textContent =
+      "since the nodes started: " +
+      Object.entries(matrix.requests)
+        .sort()
+        .map(([answer, n]) => n + " " + answer.replace("_", " "))
+        .join(", ");
+    fill(
+      "matrix",
+      matrix.apps.map((a) => [
+        a.app,
+        cell(a.devices, "num"),
+        ...MATRIX_OUTCOMES.map((o) => cell(a.outcomes[o] || 0, o === "rejected" && a.outcomes[o] ? "warn" : "num")),
+      ]),
+      "no notify request yet",
+      7,
+    );
 
     const byProvider = {};
     for (const r of s.registrations) {

@@ -20,7 +20,7 @@ from bothy_notify.notify.domain.model import (
     Via,
     Window,
 )
-from bothy_notify.notify.domain.window import flush_hint, fold_into, open_window
+from bothy_notify.notify.domain.window import flush_hint, fold_into, only_deleted, open_window
 
 __all__ = [
     "DESKTOP_PLATFORMS",
@@ -41,6 +41,7 @@ __all__ = [
     "effective_kind",
     "flush_hint",
     "fold_into",
+    "only_deleted",
     "open_window",
     "release_delayed",
 ]

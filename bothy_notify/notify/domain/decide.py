@@ -6,7 +6,9 @@ The rules, in the order they apply:
    The kind's category is switched off, or the follow level says no:
    skip ``preference``. (``security`` cannot be switched off; ``none``
    silences a thread even for mentions; ``mentions`` lets only mentions
-   through.) The read position is at or past the message: skip ``read``.
+   through; a ``mention_only`` hint, an edit's newly mentioned people, is a
+   mention or nothing.) The read position is at or past the message: skip
+   ``read``.
 2. Coalescing: a message hint for a (recipient, thread) whose window is open
    folds into it and routes nothing now; the window's flush decides later.
 3. Active in the thread: some live connection focuses the thread and is not
@@ -64,7 +66,8 @@ def effective_kind(hint: Hint, facts: RecipientFacts) -> tuple[str, str] | None:
 
     A message hint becomes ``mention`` for a mentioned recipient whose level is
     not ``none`` and whose ``mentions`` category is on; otherwise ``message``
-    when the level is ``all`` and ``messages`` is on.
+    when the level is ``all`` and ``messages`` is on, unless the hint is
+    ``mention_only`` (an edit's: it never becomes a message).
     """
     off = facts.categories_off
     if hint.kind in _MESSAGE_KINDS:
@@ -73,6 +76,8 @@ def effective_kind(hint: Hint, facts: RecipientFacts) -> tuple[str, str] | None:
         mentioned = hint.kind == _MENTION or facts.user_id in hint.mentions
         if mentioned and "mentions" not in off:
             return _MENTION, "mentions"
+        if hint.mention_only:
+            return None
         if facts.level is Level.ALL and "messages" not in off:
             return _MESSAGE, "messages"
         return None

@@ -66,6 +66,9 @@ class Hint:
         is_flush: the end-of-window hint of coalescing; it never folds or opens a window.
         mv: the kind catalogue's version, fixed when the hint is decided; every copy
             (gateway, push, delayed push) carries this one value. ``None``: not sent.
+        mention_only: the hint exists only because it mentions its recipients (an
+            edit's newly mentioned people): a recipient who does not hear mentions
+            hears nothing, never the message instead.
     """
 
     nid: str
@@ -81,6 +84,7 @@ class Hint:
     count: int | None = None
     is_flush: bool = False
     mv: str | None = None
+    mention_only: bool = False
 
 
 @fast_init

@@ -23,6 +23,7 @@ PUSH_SEND = "notify.push_send"
 GATEWAY_SEND = "notify.gateway_send"
 FLUSH = "notify.flush"
 PUSH_CLEAR = marks.PUSH_CLEAR
+PUSH_REMOVED = marks.PUSH_REMOVED
 QUIET_SUMMARY = quiet.QUIET_SUMMARY
 PUSH_SUMMARY = "notify.push_summary"
 
@@ -122,6 +123,17 @@ class FlushArgs(_Args):
 class PushClearArgs(_Args):
     """``notify.push_clear``: the read push of one (registration, thread), queued by
     :func:`bothy_notify.store.marks.queue_clears` with these args."""
+
+    user_id: str
+    registration_id: str
+    thread_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PushRemovedArgs(_Args):
+    """``notify.push_removed``: the push of one (registration, thread) after deletions
+    in the thread, queued by :func:`bothy_notify.store.marks.queue_removals` with
+    these args."""
 
     user_id: str
     registration_id: str

@@ -3,7 +3,11 @@
 In one transaction: take the window (it may have been replaced by a newer one,
 then nothing happens); when messages were folded in and the thread is still
 unread, decide one hint with count = the unread count, with the presence of
-this moment, and insert its jobs. Nothing when it was read.
+this moment, and insert its jobs. Nothing when it was read, and nothing (skip
+``deleted``) when every message it would tell of, the folded ones past the read
+position, was deleted since the window opened (:func:`~bothy_notify.notify.domain.
+only_deleted`); when only its newest was, the hint tells of the thread up to its
+last message.
 
 The flush's hint is a notification of its own (a new ``nid``) decided at the
 window's end, so it carries the catalogue version of that moment (refreshed
@@ -26,13 +30,13 @@ from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.kernel.results import Result
 from bothy_notify.notify import facts
 from bothy_notify.notify.catalogue import CatalogueSource
-from bothy_notify.notify.domain import Window, flush_hint
+from bothy_notify.notify.domain import SkipReason, Window, flush_hint, only_deleted
 from bothy_notify.notify.facts import PresenceSource
 from bothy_notify.notify.jobs.args import FLUSH, FlushArgs
 from bothy_notify.notify.planner import Decider, RoundOutcome
 from bothy_notify.notify.routes import LiveRoutes
 from bothy_notify.runner import Done, Report
-from bothy_notify.store import access
+from bothy_notify.store import access, deletions
 from bothy_notify.store.db import Conn, Database
 from bothy_notify.store.jobs import Job, JobWriter
 
@@ -99,12 +103,19 @@ class FlushHandler:
         window = Window(*row)
         info = facts.threads(conn, [args.thread_id]).get(args.thread_id)
         position = access.read_position(conn, args.user_id, args.thread_id)
+        deleted = deletions.deleted_seqs(
+            conn, args.thread_id, window.first_seq, window.newest_seq, since=window.opened_at
+        )
+        if only_deleted(window, position, deleted):
+            outcome.skips[SkipReason.DELETED] += 1
+            return outcome, SkipReason.DELETED.result
         hint = flush_hint(
             window,
             nid=new_id(),
             thread_id=args.thread_id,
             read_position=position,
             last_message_seq=info.last_message_seq if info else 0,
+            deleted=deleted,
         )
         if hint is None:
             return outcome, Result.NOTHING_UNREAD

@@ -2,7 +2,9 @@
 
 Step 1, in a transaction: too old (``push.max_age``): skip ``expired``; the
 recipient is inactive or has no access to the thread now: skip ``no_access``;
-read the thread's current space and channel (it may have moved).
+read the thread's current space and channel (it may have moved); the message was
+deleted meanwhile: skip ``deleted`` (asked only in a thread whose row says it had
+a deletion: :attr:`~bothy_notify.notify.facts.Reach.deletions`).
 Step 2, outside any transaction: with no publisher in this process skip
 ``no_registration`` (and warn once); else publish once with audience = the
 recipient. At least once: the client replaces hints by thread id. ``mv`` is
@@ -50,6 +52,7 @@ from bothy_notify.notify.domain import SkipReason
 from bothy_notify.notify.jobs.args import GATEWAY_SEND, GatewaySendArgs
 from bothy_notify.notify.jobs.push_send import hint_age_exceeded
 from bothy_notify.runner import Done, JobHandler, JobRunner, Report
+from bothy_notify.store import deletions
 from bothy_notify.store import jobs as queue
 from bothy_notify.store.db import Conn, Database, StoreError
 from bothy_notify.store.jobs import ClaimHere, Job
@@ -151,6 +154,7 @@ class GatewaySendHandler:
     ) -> dict[int, Verdict]:
         reach = facts.reach_now(conn, {(a.user_id, a.thread_id) for a in parsed.values()})
         out: dict[int, Verdict] = {}
+        maybe_deleted: dict[int, tuple[str, str]] = {}
         for job_id, a in parsed.items():
             now_reach = reach[(a.user_id, a.thread_id)]
             if hint_age_exceeded(a.due_at, now, self._config):
@@ -166,6 +170,13 @@ class GatewaySendHandler:
                 if now_reach.channel_id:
                     scope["channel_id"] = now_reach.channel_id
                 out[job_id] = scope
+                if now_reach.deletions and a.message_id is not None:
+                    maybe_deleted[job_id] = (a.thread_id, a.message_id)
+        if maybe_deleted:  # only in a thread with a recent deletion
+            gone = deletions.deleted_among(conn, set(maybe_deleted.values()))
+            for job_id, key in maybe_deleted.items():
+                if key in gone:
+                    out[job_id] = SkipReason.DELETED
         return out
 
     def _event(self, a: GatewaySendArgs, scope: dict[str, str], now: datetime) -> EphemeralEvent:

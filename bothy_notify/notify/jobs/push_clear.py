@@ -39,6 +39,7 @@ from bothy_notify.notify.jobs.registration_push import (
     still_active,
     target_of,
 )
+from bothy_notify.push.grouping import ThreadGrouping
 from bothy_notify.push.jobs import PushKind
 from bothy_notify.push.port import ReadMessage, Target
 from bothy_notify.runner import BatchedEffect, Done
@@ -62,15 +63,21 @@ class ClearSend:
 
 class ReadClearPush(PushKind[PushClearArgs, ClearSend]):
     """``notify.push_clear``; ``urgency_of`` gives the ``read`` kind's urgency
-    (``[notify.urgency]``, ``low`` by default)."""
+    (``[notify.urgency]``, ``low`` by default); ``grouping`` the thread's grouping
+    value (:mod:`bothy_notify.push.grouping`)."""
 
     kind = PUSH_CLEAR
     plan_writes = True  # the mark's pending flag is taken back
 
     def __init__(
-        self, *, config: PushConfig, urgency_of: Callable[[str], str] = DEFAULT_NOTIFY.urgency_of
+        self,
+        *,
+        config: PushConfig,
+        urgency_of: Callable[[str], str] = DEFAULT_NOTIFY.urgency_of,
+        grouping: ThreadGrouping | None = None,
     ) -> None:
         self._config = config
+        self._grouping = grouping
         self._urgency = str(urgency_of("read"))
 
     def parse(self, args: Mapping[str, Any]) -> PushClearArgs | None:
@@ -105,18 +112,20 @@ class ReadClearPush(PushKind[PushClearArgs, ClearSend]):
         return plans
 
     def message(self, plan: ClearSend) -> ReadMessage:
-        return ReadMessage(plan.args.thread_id, plan.seq, plan.badge, self._urgency)
+        thread_id = plan.args.thread_id
+        group = self._grouping.of(thread_id) if self._grouping is not None else None
+        return ReadMessage(thread_id, plan.seq, plan.badge, self._urgency, group)
 
     def delivered(self, plan: ClearSend) -> BatchedEffect:
         """A delivered clear removes its mark (unless a newer push marked it again)."""
         target = plan.target
         return BatchedEffect(
-            _delivered_unmarked,
+            delivered_unmarked,
             (target.registration_id, target.provider, plan.args.thread_id, plan.marked_at),
         )
 
 
-def _delivered_unmarked(
+def delivered_unmarked(
     conn: Conn, items: list[tuple[str, str, str, datetime]], now: datetime
 ) -> None:
     """Deliveries of read pushes: the lifecycle's effect, and each mark removed."""

@@ -12,7 +12,11 @@ database call for the whole claimed batch (SPEC section 7):
    skip ``no_access``.
 4. Release check, only for a delayed push (``release_seq > 0``): the read
    position reached ``release_seq``: skip ``read``. An immediate push reads
-   nothing extra, and a delayed push re-evaluates nothing else.
+   nothing extra, and a delayed push re-evaluates nothing else. Beside it, for
+   every push about a message: the message was deleted (``message.deleted``):
+   skip ``deleted``, asked only when the thread's row, read for the access check
+   anyway, says it had a recent deletion (:attr:`~bothy_notify.notify.facts.Reach.
+   deletions`), so a push in a thread without deletions costs nothing more.
 5. Quiet hours (issue 20): a person in quiet hours, for a category that does not
    break through (``security`` always does), has the push held, not sent: result
    ``held``, a row of ``bothy.held_pushes`` and, for the first of the period, the
@@ -53,10 +57,11 @@ from bothy_notify.notify.jobs.registration_push import (
     still_active,
     target_of,
 )
+from bothy_notify.push.grouping import ThreadGrouping
 from bothy_notify.push.jobs import PushKind
 from bothy_notify.push.port import PushMessage, Target
 from bothy_notify.runner import BatchedEffect, Done
-from bothy_notify.store import marks
+from bothy_notify.store import deletions, marks
 from bothy_notify.store import quiet as quiet_store
 from bothy_notify.store import registrations as regs
 from bothy_notify.store.db import Conn
@@ -89,7 +94,8 @@ class HintPush(PushKind[PushSendArgs, HintSend]):
     ``urgency_of`` gives a kind's urgency (``[notify.urgency]``). The category a
     quiet-hours hold goes by is the job's own (the recipient's, fixed when
     decided: an app hint names its own); ``category_of`` gives it, from the kind
-    catalogue, for a job queued without one.
+    catalogue, for a job queued without one. ``grouping`` gives a thread's grouping
+    value (:mod:`bothy_notify.push.grouping`); ``None``: pushes carry none.
     """
 
     kind = PUSH_SEND
@@ -105,8 +111,10 @@ class HintPush(PushKind[PushSendArgs, HintSend]):
         catalogue_version: Callable[[], str | None] = lambda: None,
         urgency_of: Callable[[str], str] = DEFAULT_NOTIFY.urgency_of,
         category_of: Callable[[str], str] = _BUILTIN_CATALOGUE.category_of,
+        grouping: ThreadGrouping | None = None,
     ) -> None:
         self._config = config
+        self._grouping = grouping
         self._held = Children(metrics.push_held)
         self._mv = catalogue_version
         self._urgency_of = urgency_of
@@ -122,6 +130,7 @@ class HintPush(PushKind[PushSendArgs, HintSend]):
         reach = facts.reach_now(conn, {(a.user_id, a.thread_id) for _job, a in claimed})
         plans: dict[int, HintSend | SkipReason | Done] = {}
         passed: list[tuple[Job, PushSendArgs, tuple[regs.Registration, str]]] = []
+        maybe_deleted: dict[int, tuple[str, str]] = {}
         for job, a in claimed:
             found = still_active(loaded.get(a.registration_id), a.user_id)
             if found is None:
@@ -134,7 +143,16 @@ class HintPush(PushKind[PushSendArgs, HintSend]):
             elif a.release_seq > 0 and not release_delayed(a.release_seq, now_reach.read_position):
                 plans[job.id] = SkipReason.READ
             else:
+                if now_reach.deletions and a.thread_id is not None and a.message_id is not None:
+                    maybe_deleted[job.id] = (a.thread_id, a.message_id)
                 passed.append((job, a, found))
+        if maybe_deleted:  # only in a thread with a recent deletion
+            gone = deletions.deleted_among(conn, set(maybe_deleted.values()))
+            if gone:
+                dropped = {job_id for job_id, key in maybe_deleted.items() if key in gone}
+                for job_id in dropped:
+                    plans[job_id] = SkipReason.DELETED
+                passed = [item for item in passed if item[0].id not in dropped]
         sending = self._hold_quiet(conn, passed, plans, now)
         found_badges = badges(conn, self._config, {a.user_id for _job, a, _found in sending})
         for job, a, (reg, platform) in sending:
@@ -185,6 +203,11 @@ class HintPush(PushKind[PushSendArgs, HintSend]):
             mv=a.mv if a.mv is not None else self._mv(),
             badge=plan.badge,
             urgency=str(self._urgency_of(a.kind)),
+            group=(
+                self._grouping.of(a.thread_id)
+                if self._grouping is not None and a.thread_id is not None
+                else None
+            ),
         )
 
     def delivered(self, plan: HintSend) -> BatchedEffect | None:

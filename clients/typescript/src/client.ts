@@ -26,6 +26,7 @@ import {
   ID_PATTERN,
   MAX_SEQ,
   type NotificationCreated,
+  type NotificationRemoved,
   type Ready,
   type ReadUpdated,
   type UnreadThread,
@@ -106,6 +107,8 @@ export interface BothyClientEvents {
   state: ClientState;
   /** A hint for this person: show (or replace, by thread) an OS notification. */
   notification: NotificationCreated;
+  /** A message was deleted: dismiss what the device shows of it, update the badge. */
+  removed: NotificationRemoved;
   /** The unread snapshot of a new connection: followed threads with unread messages. */
   unread: UnreadThread[];
   /** A read position moved on another device: dismiss the thread's notifications. */
@@ -481,6 +484,8 @@ export class BothyClient {
   private onEvent(frame: { type: string }): void {
     if (frame.type === "notification.created") {
       this.emit("notification", frame as NotificationCreated);
+    } else if (frame.type === "notification.removed") {
+      this.emit("removed", frame as NotificationRemoved);
     } else if (frame.type === "read.updated") {
       this.emit("read", frame as ReadUpdated);
     }

@@ -90,6 +90,28 @@ export interface ReadUpdated {
   };
 }
 
+/**
+ * `notification.removed` (SPEC section 8.5): a message the person may have been
+ * told about was deleted, so a desktop dismisses its OS notification of it. The
+ * envelope is `notification.created`'s; the payload has no `nid`.
+ */
+export interface NotificationRemoved {
+  type: "notification.removed";
+  id: string;
+  occurred_at: string;
+  audience: string;
+  resource: { kind: "thread"; id: string };
+  /** The thread's current place. */
+  scope: { space_id?: string; channel_id?: string; thread_id?: string };
+  payload: {
+    thread_id: string;
+    /** The deleted message. */
+    message_id: string;
+    /** Unread threads of the person after the deletion (absent with `push.badge = "off"`). */
+    badge?: number;
+  };
+}
+
 /** Every frame the client reads (others are ignored, so a newer server does no harm). */
 export type ServerFrame =
   | HelloFrame
@@ -101,6 +123,7 @@ export type ServerFrame =
   | { op: "pong" }
   | { op: "reauth.ack"; d: { exp: number } }
   | NotificationCreated
+  | NotificationRemoved
   | ReadUpdated;
 
 /** Close codes of the gateway (docs/protocol.md, "Close codes"). */

@@ -38,6 +38,7 @@ export {
   ID_PATTERN,
   type NotificationCreated,
   type NotificationPayload,
+  type NotificationRemoved,
   type Ready,
   type ReadUpdated,
   type ServerFrame,

@@ -353,11 +353,12 @@ describe("markRead", () => {
 });
 
 describe("events", () => {
-  it("reports unread, notification.created and read.updated", async () => {
+  it("reports unread, notification.created, notification.removed and read.updated", async () => {
     const r = rig();
     const seen: unknown[] = [];
     r.client.on("unread", (u) => seen.push(["unread", u]));
     r.client.on("notification", (n) => seen.push(["notification", n.payload.nid]));
+    r.client.on("removed", (e) => seen.push(["removed", e.payload, e.scope]));
     r.client.on("read", (e) => seen.push(["read", e.payload]));
     r.client.start();
     await settle();
@@ -373,6 +374,15 @@ describe("events", () => {
       payload: { nid: "n1", kind: "message", thread_id: "t1", message_id: "m1", quiet: false, count: 1 },
     });
     socket.deliver({
+      type: "notification.removed",
+      id: "0194b3a6-7c1e-7d3a-9f00-2a8c1e4b5d71",
+      occurred_at: "2026-01-05T09:00:00.5Z",
+      audience: "alex",
+      resource: { kind: "thread", id: "t1" },
+      scope: { space_id: "s1", channel_id: "c1", thread_id: "t1" },
+      payload: { thread_id: "t1", message_id: "m1", badge: 1 },
+    });
+    socket.deliver({
       type: "read.updated",
       id: "0194b3a6-7c1e-7d3a-9f00-2a8c1e4b5d70",
       occurred_at: "2026-01-05T09:00:01Z",
@@ -385,6 +395,11 @@ describe("events", () => {
     assert.deepEqual(seen, [
       ["unread", [{ thread_id: "t1", unread: 2 }]],
       ["notification", "n1"],
+      [
+        "removed",
+        { thread_id: "t1", message_id: "m1", badge: 1 },
+        { space_id: "s1", channel_id: "c1", thread_id: "t1" },
+      ],
       ["read", { thread_id: "t1", seq: 9, badge: 0 }],
     ]);
     assert.equal(r.client.state.state, "live", "unknown frames are ignored");

@@ -21,6 +21,7 @@ import {
   type ClientState,
   type Focus,
   type NotificationCreated,
+  type NotificationRemoved,
   type Ready,
   type UnreadThread,
 } from "@bothy/notify-client";
@@ -117,6 +118,32 @@ describe("against the real daemon", () => {
     assert.equal(await w.client.markRead("t-ana", 1), 1);
     w.client.stop();
     assert.deepEqual(w.client.state, { state: "stopped", reason: "stopped" });
+  });
+
+  it("a deleted message arrives as notification.removed with the new badge", SLOW, async () => {
+    await daemon.person("ben", ["t-ben"]);
+    const w = watch(() => daemon.deviceToken("ben", "ben-desk"));
+    const removed: NotificationRemoved[] = [];
+    w.client.on("removed", (e) => removed.push(e));
+    w.client.start();
+    await until("live", () => w.client.state.state === "live");
+    await daemon.message("t-ben", "m1", 1);
+    await until("notification.created", () => w.notifications.length === 1);
+
+    await daemon.append([
+      {
+        type: "message.deleted",
+        payload: { thread_id: "t-ben", message_id: "m1", thread_seq: 1, author_id: "author", mentions: [], last_seq: 0 },
+      },
+    ]);
+    await until("notification.removed", () => removed.length === 1);
+    const e = removed[0];
+    assert.ok(e !== undefined);
+    assert.match(e.id, UUID);
+    assert.deepEqual(e.resource, { kind: "thread", id: "t-ben" });
+    assert.deepEqual(e.scope, { space_id: "s1", channel_id: "c1", thread_id: "t-ben" });
+    assert.deepEqual(e.payload, { thread_id: "t-ben", message_id: "m1", badge: 0 });
+    w.client.stop();
   });
 
   it("4001 on an expired token, then success with a fresh one from getToken()", SLOW, async () => {

@@ -223,15 +223,16 @@ def test_other_variables_of_the_daemon_are_not_overrides() -> None:
 
 
 def _scalar_keys() -> list[str]:
-    """Keys of the sections themselves with a default (not inside an optional block,
-    an array or a map; ``database.url``'s default is no value)."""
+    """Keys of the sections themselves with a default (not inside an optional block or
+    section, an array or a map; ``database.url``'s default is no value)."""
     defaults = Config()
     keys = []
     for key in iter_keys():
         if "[" in key or "*" in key:
             continue
         section, _, rest = key.partition(".")
-        if getattr(getattr(defaults, section), rest.split(".")[0]) is not None:
+        table = getattr(defaults, section)
+        if table is not None and getattr(table, rest.split(".")[0]) is not None:
             keys.append(key)
     return keys
 
@@ -346,7 +347,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"bothy-notify {__version__}"
-    pyproject = tomlkit.parse((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    pyproject = tomlkit.parse((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert pyproject["project"]["version"] == __version__
 
 

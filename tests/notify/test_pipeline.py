@@ -185,8 +185,35 @@ async def test_every_job_arg_is_an_id_or_an_integer(launch: Launch, tmp_path: Pa
     )
     await node.settle()
     await node.advance(30)
+    thread = message(2)["payload"]["thread_id"]
+    await node.append(
+        ev(
+            "message.edited",
+            thread_id=thread,
+            message_id="m2",
+            thread_seq=2,
+            author_id="sam",
+            mentions=["alex"],
+            previous_mentions=[],
+        ),
+        ev(
+            "message.deleted",
+            thread_id=thread,
+            message_id="m2",
+            thread_seq=2,
+            author_id="sam",
+            mentions=["alex"],
+            last_seq=1,
+        ),
+    )
+    await node.settle()
+    await node.advance(30)
     jobs = await node.jobs()
-    assert {j["kind"] for j in jobs} >= {"notify.push_send", "notify.flush"}
+    assert {j["kind"] for j in jobs} >= {
+        "notify.push_send",
+        "notify.flush",
+        "notify.push_removed",
+    }
     assert {j["args"].get("kind") for j in jobs} >= {"acme/chat:invite", "message", "admin"}
     assert {j["args"].get("mv") for j in jobs if "nid" in j["args"]} == {
         node.daemon.catalogue.version

@@ -16,7 +16,7 @@ from bothy_notify import commands
 from bothy_notify.cli import main
 from bothy_notify.kernel.metrics import Metrics
 from tests.harness import make_config
-from tests.test_poison import (
+from tests.runner.test_poison import (
     FUTURE_TYPE,
     POISON_MEMBER,
     consume_all,

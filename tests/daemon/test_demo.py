@@ -8,7 +8,7 @@ from bothy_notify.demo import run_demo
 from tests.harness import make_config
 
 
-def test_the_demo_walks_through_the_six_plan_cases_and_succeeds(database_url: str) -> None:
+def test_the_demo_walks_through_the_seven_plan_cases_and_succeeds(database_url: str) -> None:
     out = io.StringIO()
 
     code = run_demo(make_config(), "2s", out, database_url=database_url)
@@ -27,7 +27,10 @@ def test_the_demo_walks_through_the_six_plan_cases_and_succeeds(database_url: st
         "phone    snoozes (PUT /v1/quiet-hours snooze_until)",
         "shows both hints without a sound (quiet: true)",
         "<- push kind=summary count=1 badge=1",
-        "All six cases behaved as planned.",
+        "sam      deletes message 7 (message.deleted, last_seq 6)",
+        "<- notification.removed message_id=m7 badge=1",
+        "<- push kind=removed message_id=m7 badge=1",
+        "All seven cases behaved as planned.",
     ):
         assert expected in text, expected
     assert "Unexpected" not in text
