@@ -1071,11 +1071,13 @@ def main() -> None:
     report("failover", **worst, totals=totals, faults=results, versions=found)
 
 
-def job_counters(nodes: list[BenchDaemon]) -> dict[str, dict[str, int]]:
-    """Both nodes' results dropped by the fence (``lost_lease``) by job kind, and jobs
-    rescued at a lease's end by outcome, over the whole run."""
+def job_counters(nodes: list[BenchDaemon]) -> dict[str, Any]:
+    """Both nodes' results dropped by the fence (``lost_lease``) by job kind, jobs
+    rescued at a lease's end by outcome, and gateway hints ended because their node
+    was taken for gone (``node_gone``: a registry's sweep), over the whole run."""
     lost: Counter[str] = Counter()
     rescued: Counter[str] = Counter()
+    node_gone = 0
     for node in nodes:
         with suppress(httpx.HTTPError):
             for name, value in node.metrics().items():
@@ -1083,7 +1085,13 @@ def job_counters(nodes: list[BenchDaemon]) -> dict[str, dict[str, int]]:
                     lost[name.split('kind="', 1)[1].split('"', 1)[0]] += int(value)
                 elif name.startswith("bothy_jobs_rescued_total{"):
                     rescued[name.split('outcome="', 1)[1].split('"', 1)[0]] += int(value)
-    return {"lost_lease_results": dict(lost), "rescued_jobs": dict(rescued)}
+                elif name.startswith("bothy_jobs_finished_total{") and "node_gone" in name:
+                    node_gone += int(value)
+    return {
+        "lost_lease_results": dict(lost),
+        "rescued_jobs": dict(rescued),
+        "node_gone_jobs": node_gone,
+    }
 
 
 def drain(url: str, timeout: float = 180.0) -> bool:

@@ -13,6 +13,12 @@ Every node of a cluster, whatever its role, is one :class:`NodeRegistry`:
 - a node is gone once its last heartbeat is older than
   ``cluster.node_timeout``; the decision ignores a gone node's presence at
   once, whether or not its rows were swept yet;
+- a node that could not beat itself for a while (a heartbeat failed, or its
+  last one is older than ``cluster.node_timeout``: the database was away, a
+  failover) sweeps nobody until it has beaten again for
+  ``cluster.node_timeout``: the others could not beat either, and are given
+  that long to do it, so their running jobs are not ended ``node_gone`` under
+  them (the results they then record would be dropped as ``lost_lease``);
 - when its row had to be inserted again (it was taken for gone, or the
   database lost its unlogged tables), it asks its gateway to publish all its
   presence again (``on_rejoin``);
@@ -91,6 +97,11 @@ class NodeRegistry:
         self._pid = os.getpid()
         self._beats = 0
         self._last_ok: float | None = None
+        self._last_beat: datetime | None = None
+        """When (this node's clock) its last heartbeat succeeded."""
+        self._beat_failed = False
+        self._sweeps_from: datetime | None = None
+        """No sweeping before this: the grace after this node could not beat."""
         self.nodes: tuple[NodeRow, ...] = ()
         """The live nodes as of the last heartbeat, this one included."""
         self._beating = Supervised("registry", self._beat_forever, metrics=metrics)
@@ -113,16 +124,29 @@ class NodeRegistry:
         }
 
     async def beat(self) -> SweepResult:
-        """One heartbeat: write this node's row, sweep gone nodes, read the live ones.
+        """One heartbeat: write this node's row, sweep gone nodes (not during the grace
+        after this node could not beat: see the module docstring), read the live ones.
 
         Raises :class:`StoreError` when the database cannot be reached.
         """
         now = self._clock.now()
         since = now - self._timeout
         stats = self._stats() if self._stats is not None else None
-        joined, swept, nodes = await self._db.run(
-            lambda c: self._beat(c, now, since, stats), transaction=False
-        )
+        last = self._last_beat
+        if self._beat_failed or (last is not None and now - last > self._timeout):
+            # The database was away (or this node was): the others could not beat
+            # either. Give them node_timeout from now to be seen again.
+            self._sweeps_from = now + self._timeout
+        sweeps = self._sweeps_from is None or now >= self._sweeps_from
+        try:
+            joined, swept, nodes = await self._db.run(
+                lambda c: self._beat(c, now, since, stats, sweeps=sweeps), transaction=False
+            )
+        except StoreError:
+            self._beat_failed = True
+            raise
+        self._beat_failed = False
+        self._last_beat = now
         first = self._beats == 0
         self._beats += 1
         self._last_ok = time.monotonic()
@@ -142,7 +166,13 @@ class NodeRegistry:
         return swept
 
     def _beat(
-        self, conn: Conn, now: datetime, since: datetime, stats: bytes | None = None
+        self,
+        conn: Conn,
+        now: datetime,
+        since: datetime,
+        stats: bytes | None = None,
+        *,
+        sweeps: bool = True,
     ) -> tuple[bool, SweepResult, list[NodeRow]]:
         # The heartbeat commits on its own first: a transaction that held this node's
         # row while it swept other nodes' rows could deadlock with another node doing
@@ -157,6 +187,8 @@ class NodeRegistry:
             now=now,
             stats=stats,
         )
+        if not sweeps:
+            return joined, SweepResult(0, 0, {}), cluster.live_nodes(conn, since=since)
         with conn.transaction():
             swept = cluster.sweep(conn, since=since, now=now)
             nodes = cluster.live_nodes(conn, since=since)

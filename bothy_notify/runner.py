@@ -548,6 +548,13 @@ class JobRunner:
                     )
                 finally:
                     self._claiming = False
+            except StoreUnavailable:
+                log.warning("claiming jobs failed; retrying once the database answers")
+                self._claim_failing = True
+                # As soon as another statement of the pool gets through (the database
+                # is back), not a whole poll interval later.
+                await self._db.answer_after(trio.current_time(), self._poll)
+                continue
             except StoreError:
                 log.warning("claiming jobs failed; retrying after the poll interval")
                 self._claim_failing = True

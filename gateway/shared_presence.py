@@ -44,7 +44,7 @@ import trio
 from bothy_notify.kernel.clock import Clock
 from bothy_notify.kernel.metrics import Metrics
 from bothy_notify.store import cluster
-from bothy_notify.store.db import Conn, Database, StoreError
+from bothy_notify.store.db import Conn, Database, StoreError, StoreUnavailable
 from gateway.hub import Hub
 
 log = logging.getLogger("bothy.gateway.shared_presence")
@@ -165,7 +165,7 @@ class SharedPresencePublisher:
                     partial(self._write, people=None if everyone else people),
                     transaction=False,  # one statement
                 )
-            except StoreError:
+            except StoreError as exc:
                 self._batches += 1
                 if not self._failing:
                     log.warning("could not publish presence; retrying")
@@ -173,7 +173,11 @@ class SharedPresencePublisher:
                 self._people |= people
                 self._everyone |= everyone
                 self._wake.set()
-                await trio.sleep(RETRY_AFTER)
+                if isinstance(exc, StoreUnavailable):
+                    # Again as soon as another statement of the pool gets through.
+                    await self._db.answer_after(trio.current_time(), RETRY_AFTER)
+                else:
+                    await trio.sleep(RETRY_AFTER)
                 continue
             self._batches += 1
             if self._failing:

@@ -20,10 +20,20 @@ Errors::
                                connection; its SQLSTATE says why (the connection stays)
 
 Whatever psycopg counts as an ``OperationalError`` is :class:`StoreUnavailable`, on
-both paths: a lost connection, too many connections, and also a statement the
-server cancelled (``statement_timeout``, SQLSTATE 57014: the server could not do
-it in time; the connection stays) and, as psycopg classes them, deadlocks and
-serialization failures (40P01, 40001).
+both paths: a lost connection, too many connections, a server shutting down
+(57P01-57P03), and also a statement the server cancelled (``statement_timeout``,
+SQLSTATE 57014: the server could not do it in time; the connection stays) and, as
+psycopg classes them, deadlocks and serialization failures (40P01, 40001). So is a
+write refused as read-only (25006): the connection reached a server that is no
+longer the primary (demoted after a failover); it is closed, and the caller's retry
+goes to a new connection, which skips it.
+
+Which server a connection reached, and which did not answer or are no longer the
+primary, is :mod:`bothy_notify.store.servers`' to remember: a new connection tries
+those last, and the first time one is found lost every pool drops its connections
+(:class:`BoundedConnection` reports what it sees there). Every connection asks for
+a server that takes writes (``target_session_attrs=read-write`` unless the URL says
+otherwise): a standby, or a demoted primary, is skipped at once.
 
 ``store`` is the only package that knows psycopg's errors: :func:`translate_errors`
 turns every ``psycopg.Error`` into one of these (``raise ... from exc``), once, at
@@ -71,11 +81,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import wraps
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Self, TypeVar
 
 import psycopg
 from psycopg.abc import PQGen
+from psycopg.conninfo import conninfo_attempts, conninfo_to_dict, make_conninfo
 from psycopg_pool import PoolTimeout
+
+from bothy_notify.store.servers import SERVERS, ServerKey, attempt_key, not_the_primary
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -131,7 +144,8 @@ def translate_errors() -> Iterator[None]:
     """Translate psycopg's errors raised inside the block into :class:`StoreError`.
 
     A server that did not answer in time becomes :class:`StoreTimeout`, a lost or
-    unreachable server :class:`StoreUnavailable`, a unique violation
+    unreachable server, or one that is not the primary any more (a write refused
+    as read-only), :class:`StoreUnavailable`, a unique violation
     :class:`StoreConflict`, a deadlock or serialization failure
     :class:`StoreContention`, anything else :class:`StoreError`. The message is
     constant (psycopg's may quote values or hosts); the cause is kept.
@@ -144,6 +158,8 @@ def translate_errors() -> Iterator[None]:
         if _unanswered(exc):
             raise StoreTimeout("the database did not answer in time") from exc
         raise StoreUnavailable("the database cannot be reached") from exc
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        raise StoreUnavailable("the database server is not the primary") from exc
     except psycopg.errors.UniqueViolation as exc:
         raise StoreConflict("a concurrent write got there first") from exc
     except psycopg.errors.TransactionRollback as exc:
@@ -155,13 +171,14 @@ def translate_errors() -> Iterator[None]:
 def refusal(error: StatementError) -> StoreError:
     """What a statement the server refused raises on the direct connection: what
     :func:`translate_errors` makes of psycopg's error of the same SQLSTATE when that
-    is :class:`StoreUnavailable` (a cancelled statement, too many connections),
-    else ``error`` itself, which carries the SQLSTATE and message."""
+    is :class:`StoreUnavailable` (a cancelled statement, too many connections, a
+    server that is not the primary), else ``error`` itself, which carries the
+    SQLSTATE and message."""
     try:
         kind = psycopg.errors.lookup(error.sqlstate)
     except KeyError:
         return error
-    if issubclass(kind, psycopg.OperationalError):
+    if issubclass(kind, psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction):
         unavailable = StoreUnavailable("the database could not run the statement")
         unavailable.__cause__ = error
         return unavailable
@@ -277,20 +294,62 @@ hour's finished jobs on a large installation fit, and a frozen server holds the
 sweep, in the background, no longer than this."""
 
 
+OPTIONS = ("autocommit", "prepare_threshold", "context", "row_factory", "cursor_factory")
+"""Arguments of psycopg's ``Connection.connect`` that are not libpq parameters."""
+
+
 class BoundedConnection(psycopg.Connection[Any]):
-    """A psycopg connection whose every wait for the server is bounded.
+    """A psycopg connection whose every wait for the server is bounded, and which
+    tells :data:`~bothy_notify.store.servers.SERVERS` what it finds.
 
     psycopg funnels every wait for the server's answer (a statement, a commit, a
     rollback, fetching) through :meth:`wait`; here it gets
     ``database.response_timeout`` as its timeout. Past it the server counts as
-    lost: the connection is closed (a pool discards it when it comes back) and
-    :class:`NoAnswer` raised, which :func:`translate_errors` makes
-    :class:`StoreTimeout`. Connecting is bounded by libpq's ``connect_timeout``.
+    lost: the connection is closed (a pool discards it when it comes back),
+    the server noted lost, and :class:`NoAnswer` raised, which
+    :func:`translate_errors` makes :class:`StoreTimeout`.
+
+    :meth:`connect` tries the URL's hosts one at a time, each bounded by libpq's
+    ``connect_timeout``, the hosts found lost last; a host that timed out is noted
+    lost, the one that answered found again. It asks for a server that takes
+    writes unless the URL names ``target_session_attrs``.
     """
 
     _response_timeout: float | None = None
     unanswered = False
     """Closed because the server did not answer in time."""
+    server: ServerKey = ("", "")
+    """The server this connection reached (:mod:`bothy_notify.store.servers`)."""
+
+    @classmethod
+    def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+        """Connect to the first host of ``conninfo`` that answers and takes writes,
+        trying the hosts found lost last. Blocking: ``connect_timeout`` per host.
+
+        Raises:
+            psycopg.OperationalError: no host could be connected to (the last
+                host's error).
+        """
+        options = {name: kwargs.pop(name) for name in OPTIONS if name in kwargs}
+        params = conninfo_to_dict(conninfo, **kwargs)
+        params.setdefault("target_session_attrs", "read-write")
+        failure: psycopg.OperationalError | None = None
+        for attempt in SERVERS.attempts(conninfo_attempts(params)):
+            key = attempt_key(attempt)
+            try:
+                conn = super().connect(make_conninfo("", **attempt), **options)
+            except psycopg.errors.ConnectionTimeout as exc:
+                SERVERS.lost(key)  # accepts TCP, never answers: a frozen host
+                failure = exc
+                continue
+            except psycopg.OperationalError as exc:
+                failure = exc  # refused, or not a server that takes writes: the next
+                continue
+            conn.server = key
+            SERVERS.connected(key)
+            return conn
+        assert failure is not None  # conninfo_attempts gives one attempt at least
+        raise failure
 
     def bound_responses(self, seconds: float | None) -> None:
         """Bound every later wait for the server to ``seconds`` (``None``: unbounded)."""
@@ -320,7 +379,25 @@ class BoundedConnection(psycopg.Connection[Any]):
             # The request's state is unknown: nothing more may be sent on this link.
             self.unanswered = True
             self.pgconn.finish()
+            SERVERS.lost(self.server)
             raise NoAnswer("the server did not answer in time") from exc
+
+    @contextmanager
+    def watching(self) -> Iterator[None]:
+        """Around work on this connection: an error that says its server is not the
+        primary any more (:func:`~bothy_notify.store.servers.not_the_primary`), or a
+        connection that broke, notes the server lost; a connection to a server that
+        is not the primary is closed, so that no one uses it again (a pool replaces
+        it). The error passes on."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            demoted = not_the_primary(exc)
+            if demoted or self.broken:
+                SERVERS.lost(self.server)
+            if demoted and not self.closed:
+                self.close()
+            raise
 
 
 def configure(
@@ -358,7 +435,8 @@ def connect(
     see the module's docstring."""
     conn = BoundedConnection.connect(url, autocommit=autocommit, **timeouts.libpq())
     try:
-        configure(conn, timeouts, asynchronous_commit=asynchronous_commit)
+        with conn.watching():
+            configure(conn, timeouts, asynchronous_commit=asynchronous_commit)
     except BaseException:
         conn.close()
         raise

@@ -40,6 +40,7 @@ from bothy_notify.store.connection import (
     translated,
 )
 from bothy_notify.store.direct import DirectConnection
+from bothy_notify.store.servers import SERVERS
 
 log = logging.getLogger("bothy.store")
 
@@ -62,8 +63,8 @@ query per second at most."""
 
 PROBE_EVERY = 1.0
 """While the database cannot be reached (a wait for a connection timed out, or the
-server did not answer), one caller per this many seconds tries it; the others fail
-at once instead of queueing behind the wait."""
+server did not answer), one caller at a time, at most one per this many seconds,
+tries it; the others fail at once instead of queueing behind the wait."""
 
 
 class Database:
@@ -118,6 +119,7 @@ class Database:
             reconnect_timeout=POOL_RECONNECT,
         )
         self.limiter = trio.CapacityLimiter(pool_size)
+        self._probe_limiter = trio.CapacityLimiter(1)
         self._ping_limiter = trio.CapacityLimiter(1)
         self._ping_answer: tuple[float, bool] | None = None
         self._ping_running: trio.Event | None = None
@@ -127,7 +129,14 @@ class Database:
         self.unreachable = False
         """True from a wait for a connection that timed out, or a server that did not
         answer, until the next success."""
+        self.answered_at = float("-inf")
+        """When (``trio.current_time()``) a statement last succeeded: a service whose
+        own statement failed is healthy again once another of the pool's succeeds."""
+        self._answer: trio.Event | None = None
+        self._probing = False
         self._direct: DirectConnection | None = None
+        # A server found lost by any connection of the process: drop ours at once.
+        SERVERS.on_lost(self._drop_connections)
 
     @property
     def url(self) -> str:
@@ -163,21 +172,29 @@ class Database:
         return self._direct
 
     def run_sync(
-        self, fn: Callable[[Conn], T], *, transaction: bool = True, bulk: bool = False
+        self,
+        fn: Callable[[Conn], T],
+        *,
+        transaction: bool = True,
+        bulk: bool = False,
+        wait: float | None = None,
     ) -> T:
         """Run ``fn(conn)`` on this thread, in one transaction unless told otherwise
-        (``bulk``: see :meth:`run`).
+        (``bulk``: see :meth:`run`); ``wait``: seconds to wait for a connection
+        (the pool's ``wait`` by default).
 
         Raises :class:`StoreError` (psycopg's errors translated); a
         :class:`StoreError` that ``fn`` raises itself passes unchanged.
         """
-        with translate_errors(), self._pool.connection() as conn:
-            if not transaction:
-                return fn(conn)
-            with conn.transaction():
-                if bulk:
-                    return self._bulk(conn, fn)
-                return fn(conn)
+        with translate_errors(), self._pool.connection(timeout=wait) as conn:
+            assert isinstance(conn, BoundedConnection)
+            with conn.watching():
+                if not transaction:
+                    return fn(conn)
+                with conn.transaction():
+                    if bulk:
+                        return self._bulk(conn, fn)
+                    return fn(conn)
 
     @staticmethod
     def _bulk(conn: Conn, fn: Callable[[Conn], T]) -> T:
@@ -205,24 +222,50 @@ class Database:
 
         Once the database could not be reached (a wait for a connection timed
         out, or the server did not answer), callers fail at once with
-        :class:`StoreUnavailable`, except one per :data:`PROBE_EVERY` seconds
-        that tries again; the first success ends it. So an outage answers
-        quickly instead of queueing every caller behind the pool's wait.
+        :class:`StoreUnavailable`, except one at a time, at most one per
+        :data:`PROBE_EVERY` seconds, that tries again; the first success ends
+        it. So an outage answers quickly instead of queueing every caller behind
+        the pool's wait. The probe has a worker thread of its own and waits for
+        a connection no longer than :meth:`probe_wait`: a new caller asking is
+        what makes the pool try to connect again (psycopg_pool gives up a
+        connection after :data:`POOL_RECONNECT` and tries anew for a caller that
+        arrives, not for one already waiting), so probes must keep coming while
+        the callers that waited before the outage was noticed still wait.
         """
-        self._may_try()
+        started = trio.current_time()
+        probe = self._may_try()
         try:
-            result = await trio.to_thread.run_sync(
-                partial(self.run_sync, fn, transaction=transaction, bulk=bulk),
-                limiter=self.limiter,
-            )
+            if probe:
+                try:
+                    result = await trio.to_thread.run_sync(
+                        partial(
+                            self.run_sync,
+                            fn,
+                            transaction=transaction,
+                            bulk=bulk,
+                            wait=self.probe_wait(),
+                        ),
+                        limiter=self._probe_limiter,
+                    )
+                finally:
+                    self._probing = False
+            else:
+                result = await trio.to_thread.run_sync(
+                    partial(self.run_sync, fn, transaction=transaction, bulk=bulk),
+                    limiter=self.limiter,
+                )
         except StoreUnavailable as exc:
-            if isinstance(exc, StoreTimeout):
-                self._lost_server()
             if isinstance(exc, StoreTimeout) or isinstance(exc.__cause__, PoolTimeout):
-                self._unreachable()
+                self._unreachable(started)
             raise
         self._answered()
         return result
+
+    def probe_wait(self) -> float:
+        """Seconds a probe waits for a connection: enough for a connection through a
+        URL whose first host is frozen (``connect_timeout``), never the pool's
+        whole ``wait``."""
+        return min(self._pool.timeout, max(1.0, self.timeouts.connect + 1.0))
 
     async def query_direct(
         self, name: bytes, sql: bytes, params: Sequence[bytes | None]
@@ -235,41 +278,70 @@ class Database:
         callers fail at once but one per :data:`PROBE_EVERY` seconds, and the
         first success ends it. A server that did not answer empties the pool too.
         """
-        self._may_try()
+        started = trio.current_time()
+        probe = self._may_try()
         try:
             rows = await self.direct.query(name, sql, params)
         except StoreUnavailable as exc:
-            if isinstance(exc, StoreTimeout):
-                self._lost_server()
-            self._unreachable()
+            # A statement the server refused (cancelled in time, or a write refused as
+            # read-only: the next connection goes to the new primary) says it answers.
+            if not isinstance(exc.__cause__, StatementError):
+                self._unreachable(started)
             raise
+        finally:
+            if probe:
+                self._probing = False
         self._answered()
         return rows
 
-    def _lost_server(self) -> None:
-        """A server did not answer: every connection to it is suspect. Empty the pool
-        (connections in use are closed when they come back; new ones try the URL's
-        hosts again, a frozen one costing ``connect_timeout``) and reconnect the
-        direct connection at its next statement."""
+    def _drop_connections(self) -> None:
+        """A server was found lost (:mod:`bothy_notify.store.servers`; any thread):
+        empty the pool (connections in use are closed when they come back; new ones
+        try the URL's hosts, the lost one last) and reconnect the direct connection
+        before its next statement."""
         self._pool.drain()
         if self._direct is not None:
             self._direct.reconnect()
 
-    def _may_try(self) -> None:
-        """Fail at once while the database is unreachable, but for one probe a second."""
-        if self.unreachable:
-            now = trio.current_time()
-            if now < self._next_probe:
-                raise StoreUnavailable("the database cannot be reached")
-            self._next_probe = now + PROBE_EVERY
+    def _may_try(self) -> bool:
+        """Fail at once while the database is unreachable, but for one probe at a time,
+        at most one a :data:`PROBE_EVERY`. Returns whether this call is the probe."""
+        if not self.unreachable:
+            return False
+        now = trio.current_time()
+        if self._probing or now < self._next_probe:
+            raise StoreUnavailable("the database cannot be reached")
+        self._next_probe = now + PROBE_EVERY
+        self._probing = True
+        return True
 
-    def _unreachable(self) -> None:
+    def _unreachable(self, started: float) -> None:
+        """A call begun at ``started`` found the database unreachable. A call that
+        began before the last success says nothing new (it waited on a connection
+        lost meanwhile, or for one the pool has since made): no fail-fast for it."""
+        if self.answered_at >= started:
+            return
         if not self.unreachable:
             log.warning("the database cannot be reached", extra={"pool": self.name})
             self.unreachable = True
             self._next_probe = trio.current_time() + PROBE_EVERY
 
+    async def answer_after(self, since: float, at_most: float) -> None:
+        """Return once a statement of this pool succeeds after ``since``
+        (``trio.current_time()``), or after ``at_most`` seconds: a service whose own
+        statement found the database unavailable tries again as soon as another
+        got through, rather than a whole retry interval later."""
+        with trio.move_on_after(at_most):
+            while self.answered_at <= since:
+                if self._answer is None:
+                    self._answer = trio.Event()
+                await self._answer.wait()
+
     def _answered(self) -> None:
+        self.answered_at = trio.current_time()
+        answer, self._answer = self._answer, None
+        if answer is not None:
+            answer.set()
         if self.unreachable:
             log.info("the database answers again", extra={"pool": self.name})
             self.unreachable = False
@@ -309,18 +381,16 @@ class Database:
         self.pings += 1
         try:
             await trio.to_thread.run_sync(self._ping_sync, limiter=self._ping_limiter)
-        except StoreTimeout:
-            self._lost_server()
-            return False
         except StoreError:
             return False
+        self._answered()
         return True
 
     def _ping_sync(self) -> None:
         bound = self.timeouts.health_check
         with translate_errors(), self._pool.connection(timeout=bound) as conn:
             assert isinstance(conn, BoundedConnection)
-            with conn.responses_within(bound):
+            with conn.watching(), conn.responses_within(bound):
                 conn.execute("SELECT 1").fetchone()
 
 

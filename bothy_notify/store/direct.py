@@ -22,7 +22,10 @@ Errors: a statement the server refuses raises
 message; the connection stays usable); a connection that fails raises
 :class:`~bothy_notify.store.connection.StoreUnavailable`, one that does not
 answer in time :class:`~bothy_notify.store.connection.StoreTimeout`; either
-closes it, and the next statement connects again.
+closes it, and the next statement connects again. So does a refusal that says the
+server is not the primary any more (a write refused as read-only, SQLSTATE 25006:
+:class:`~bothy_notify.store.connection.StoreUnavailable`). Each of these tells
+:data:`~bothy_notify.store.servers.SERVERS` that the server is lost.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from psycopg import pq
 
 from bothy_notify.store.connection import (
     DEFAULT_TIMEOUTS,
-    Conn,
+    BoundedConnection,
     DatabaseTimeouts,
     StatementError,
     StoreError,
@@ -44,6 +47,7 @@ from bothy_notify.store.connection import (
     connect_dedicated,
     refusal,
 )
+from bothy_notify.store.servers import SERVERS, not_the_primary
 
 
 class DirectConnection:
@@ -71,7 +75,7 @@ class DirectConnection:
         self._url = url
         self._timeouts = timeouts
         self._asynchronous_commit = asynchronous_commit
-        self._conn: Conn | None = None
+        self._conn: BoundedConnection | None = None
         self._prepared: set[bytes] = set()
         self._lock = trio.Lock()
         self._stale = False
@@ -104,13 +108,15 @@ class DirectConnection:
                 self._close()
             conn = self._conn
             if conn is None or conn.closed:
-                conn = self._conn = await trio.to_thread.run_sync(
+                made = await trio.to_thread.run_sync(
                     lambda: connect_dedicated(
                         self._url,
                         timeouts=self._timeouts,
                         asynchronous_commit=self._asynchronous_commit,
                     )
                 )
+                assert isinstance(made, BoundedConnection)
+                conn = self._conn = made
                 conn.pgconn.nonblocking = 1
                 self._prepared = set()
                 # Cancelled while connecting: deliver it before anything is sent.
@@ -140,7 +146,13 @@ class DirectConnection:
         except StatementError:
             raise
         except BaseException as exc:
+            conn, broke = self._conn, pgconn.status != pq.ConnStatus.OK
             self._close()
+            if conn is not None and (
+                broke or isinstance(exc, StoreTimeout) or not_the_primary(exc.__cause__ or exc)
+            ):
+                # Did not answer, broke, or is not the primary any more.
+                SERVERS.lost(conn.server)
             if isinstance(exc, StoreError):
                 raise
             if isinstance(exc, (psycopg.Error, OSError)):
@@ -178,6 +190,8 @@ class DirectConnection:
         if pgconn.status != pq.ConnStatus.OK:
             raise StoreUnavailable("the database connection broke")
         if error is not None:
+            if not_the_primary(error):
+                raise StoreUnavailable("the database server is not the primary") from error
             raise refusal(error)
         return results
 

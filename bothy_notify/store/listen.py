@@ -31,7 +31,9 @@ Rules:
   cluster, replaced), the round runs a round.
 - **One backoff.** Between reconnection attempts the listener waits
   :func:`reconnect_backoff`: ``notify.poll_interval`` doubling to 5 s, back to
-  the start on every successful connection (:mod:`bothy_notify.kernel.backoff`).
+  the start on every successful connection (:mod:`bothy_notify.kernel.backoff`);
+  it tries at once when another connection of the process got through meanwhile
+  (:mod:`bothy_notify.store.servers`: after a failover, the new primary answers).
 - **Errors translated once.** Every call on the connection runs through
   :func:`~bothy_notify.store.db.translated`: ``serve`` and the hooks see
   :class:`~bothy_notify.store.db.StoreError` only. A ``StoreError`` out of
@@ -88,6 +90,7 @@ from bothy_notify.store.connection import (
     connect_dedicated,
     translated,
 )
+from bothy_notify.store.servers import SERVERS
 
 if TYPE_CHECKING:
     from outcome import Outcome
@@ -99,6 +102,10 @@ T = TypeVar("T")
 RECONNECT_CAP = 5.0
 """Longest wait (seconds) between reconnection attempts while the database is away;
 the first is ``notify.poll_interval`` (or this, when the poll interval is longer)."""
+
+BACKOFF_CHECK = 0.1
+"""Seconds between looks, while a listener waits to reconnect, at whether another
+connection of the process got through (then it tries at once)."""
 
 _CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 """A channel name that ``LISTEN`` takes unquoted (the names are constants of the
@@ -278,7 +285,7 @@ class Listener:
                             await listening.close()
                 self._reconnect_wait = wait
                 try:
-                    await trio.sleep(wait)
+                    await _back_off(wait)
                 finally:
                     self._reconnect_wait = None
         finally:
@@ -473,6 +480,19 @@ def delivering(on_notify: Callable[[list[Notification]], None]) -> Serve:
             on_notify(await listening.wait())
 
     return serve
+
+
+async def _back_off(wait: float) -> None:
+    """Wait ``wait`` seconds before the next connection attempt, or less: until
+    another connection of the process succeeds (:data:`~bothy_notify.store.servers.SERVERS`),
+    a sign that the database, or a new primary, answers again."""
+    seen = SERVERS.connections
+    end = trio.current_time() + wait
+    while SERVERS.connections == seen:
+        left = end - trio.current_time()
+        if left <= 0:
+            return
+        await trio.sleep(min(BACKOFF_CHECK, left))
 
 
 def _connect(

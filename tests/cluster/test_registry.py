@@ -101,6 +101,40 @@ async def test_a_node_taken_for_gone_joins_again_and_asks_for_its_presence_again
     assert late.node_id in {n.node_id for n in late.nodes}
 
 
+async def test_after_the_database_was_away_nobody_is_swept_until_all_had_node_timeout_to_beat(
+    db: Database, clock: FakeClock
+) -> None:
+    """A failover: no node could beat for longer than ``node_timeout``. The first to
+    beat again must not take the others for gone (and end their running jobs
+    ``node_gone`` under them); one that stays silent a ``node_timeout`` longer is."""
+    late, dead, alive = (registry(db, clock, role) for role in ("api", "worker", "all"))
+    rejoined: list[bool] = []
+    late.on_rejoin = lambda: rejoined.append(True)
+    for node in (late, dead, alive):
+        await node.beat()
+    running = JobSpec("notify.gateway_send", {}, clock.now(), 3, "hint", late.node_id)
+    await db.run(lambda c: queue.insert(c, [running], clock.now()))
+    await sql(db, "UPDATE bothy.jobs SET state = 'running'")  # claimed by the late node
+
+    clock.advance(TIMEOUT * 2)  # the database was away
+    swept = await alive.beat()
+    await late.beat()
+
+    assert swept == cluster.SweepResult(0, 0, {})
+    assert rejoined == []  # its row was kept: nothing to publish again
+    assert await sql(db, "SELECT state FROM bothy.jobs") == [("running",)]
+
+    clock.advance(TIMEOUT / 2)
+    await late.beat()
+    assert (await alive.beat()).nodes == 0  # still the grace
+    clock.advance(TIMEOUT / 2 + timedelta(milliseconds=1))
+    swept = await alive.beat()
+
+    assert swept.nodes == 1
+    assert {n.node_id for n in alive.nodes} == {late.node_id, alive.node_id}
+    assert await sql(db, "SELECT state FROM bothy.jobs") == [("running",)]
+
+
 async def test_presence_of_a_node_missing_from_the_registry_is_not_written(
     db: Database, clock: FakeClock
 ) -> None:
@@ -143,8 +177,9 @@ async def test_jobs_for_a_gone_node_end_as_node_gone_and_no_other_job_changes(
     )
     await sql(db, "UPDATE bothy.jobs SET state = 'running' WHERE unique_key = 'claimed'")
 
-    clock.advance(TIMEOUT * 2)
-    await alive.beat()
+    for _ in range(2):  # the alive node keeps beating; the other does not
+        clock.advance(TIMEOUT)
+        await alive.beat()
 
     rows = dict(
         (r[0], (r[1], r[2]))

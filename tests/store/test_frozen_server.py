@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from bothy_notify.kernel.clock import FakeClock
 from bothy_notify.kernel.metrics import Metrics
@@ -29,7 +30,8 @@ from bothy_notify.store.db import (
     StoreUnavailable,
     connect_dedicated,
 )
-from bothy_notify.store.listen import Listener, Listening, reconnect_backoff
+from bothy_notify.store.listen import Listener, Listening, delivering, reconnect_backoff
+from bothy_notify.store.servers import SERVERS
 from gateway.hub import Hub
 from gateway.service import build_gateway
 from gateway.shared_presence import SharedPresencePublisher
@@ -85,7 +87,9 @@ async def answered(db: Database, timeout: float) -> float:
 async def hosts(pg_url: str, nursery: trio.Nursery) -> list[FreezableProxy]:
     """Two proxies in front of the session's server: the first to freeze, the second
     the host that takes over. (Tests that need no table use the server's own
-    database, ``pg_url``: no database to clone.)"""
+    database, ``pg_url``: no database to clone.) What earlier tests found lost is
+    forgotten: a new proxy may listen on a port an earlier one had."""
+    SERVERS.forget()
     return await start_proxies(nursery, pg_url, 2)
 
 
@@ -118,18 +122,80 @@ async def test_statements_on_a_frozen_server_fail_within_response_timeout_then_f
         assert await direct_one() == [[b"1"]]
         first.freeze()
 
-        # (The direct connection first: a pooled timeout would have it reconnect.)
         direct_took, direct = await elapsed(direct_one)
-        pooled_took, pooled = await elapsed(partial(select_one, db))
 
-        assert isinstance(pooled, StoreTimeout) and isinstance(direct, StoreTimeout)
-        assert RESPONSE <= pooled_took < RESPONSE + SLACK
+        assert isinstance(direct, StoreTimeout)
         assert RESPONSE <= direct_took < RESPONSE + SLACK
-        # New connections skip the frozen host: both paths answer through the second.
-        failover = await answered(db, 10)
-        assert failover < PROBE_EVERY + BOUNDS.connect + SLACK
+        # The server was found lost on one connection: the pool dropped its own at
+        # once, and new connections try the second host first. No wait, no timeout.
+        pooled_took, pooled = await elapsed(partial(select_one, db))
+        assert pooled == 1 and pooled_took < SLACK
         assert await direct_one() == [[b"1"]]
         assert second.connections >= 2
+    finally:
+        await db.close()
+
+
+async def test_a_frozen_server_found_by_one_pool_is_left_by_every_pool_at_once(
+    pg_url: str, hosts: list[FreezableProxy]
+) -> None:
+    """Connections to the frozen server that nobody used since the freeze (another
+    pool's, a direct connection) are dropped the moment any connection finds it lost:
+    none costs its next caller ``response_timeout``, and no new connection tries the
+    frozen host while another answers."""
+    first, second = hosts
+    url = through(pg_url, first, second)
+    api = Database(url, pool_size=2, name="api", timeouts=BOUNDS)
+    jobs = Database(url, pool_size=2, name="jobs", timeouts=BOUNDS)
+    await api.open()
+    await jobs.open()
+    try:
+        for db in (api, jobs):
+            assert await select_one(db) == 1
+            assert await db.query_direct(b"one", b"SELECT 1", []) == [[b"1"]]
+        assert second.connections == 0
+        first.freeze()
+        attempts = first.connections
+
+        took, error = await elapsed(partial(select_one, api))
+        assert isinstance(error, StoreTimeout) and RESPONSE <= took < RESPONSE + SLACK
+
+        took, answer = await elapsed(partial(select_one, jobs))
+        assert answer == 1 and took < SLACK
+        took, rows = await elapsed(partial(jobs.query_direct, b"one", b"SELECT 1", []))
+        assert rows == [[b"1"]] and took < SLACK
+        assert not jobs.unreachable
+        assert first.connections == attempts  # the frozen host was not tried again
+    finally:
+        first.thaw()
+        await api.close()
+        await jobs.close()
+
+
+async def test_a_pool_answering_again_wakes_those_waiting_to_retry(pg_url: str) -> None:
+    """A service whose statement found the database unavailable (the runner's claim,
+    the presence publisher's write) waits for the pool's next success, not a whole
+    retry interval (:meth:`Database.answer_after`)."""
+    db = Database(pg_url, pool_size=2, timeouts=BOUNDS)
+    await db.open()
+    try:
+        failed_at = trio.current_time()
+        woken: list[float] = []
+
+        async def retry_later() -> None:
+            await db.answer_after(failed_at, 60)
+            woken.append(trio.current_time())
+
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(retry_later)
+                await trio.testing.wait_all_tasks_blocked()
+                assert woken == []
+                await select_one(db)
+        assert woken and woken[0] - failed_at < 5
+        # Nothing answered after ``since``: it waits its whole ``at_most``.
+        took, _ = await elapsed(partial(db.answer_after, trio.current_time(), 0.2))
+        assert 0.2 <= took < 0.2 + SLACK
     finally:
         await db.close()
 
@@ -389,3 +455,32 @@ async def end_other_sessions(url: str) -> None:
             conn.close()
 
     await trio.to_thread.run_sync(end)
+
+
+async def test_a_listener_waiting_to_reconnect_tries_at_once_when_another_connection_gets_through(
+    pg_url: str, nursery: trio.Nursery
+) -> None:
+    """After a failover the first connection of the process to reach the new primary
+    (a pool's, say) ends every listener's backoff: they need not wait up to its cap."""
+    backoff = 60.0
+    listener = Listener(
+        pg_url,
+        ["bothy_frozen_test"],
+        name="test",
+        reconnect=reconnect_backoff(backoff),
+        timeouts=BOUNDS,
+    )
+    await nursery.start(listener.run, delivering(lambda _: None))
+    assert listener.statistics().connections == 1
+    await end_other_sessions(pg_url)  # the listener's session among them
+    with trio.fail_after(5):
+        while listener.statistics().reconnect_wait is None:
+            await trio.sleep(0.01)
+    assert listener.statistics().reconnect_wait == backoff
+
+    conn = await trio.to_thread.run_sync(partial(connect_dedicated, pg_url))
+    conn.close()
+
+    with trio.fail_after(5):
+        while listener.statistics().connections < 2:
+            await trio.sleep(0.01)
