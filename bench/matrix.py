@@ -29,16 +29,30 @@ rejected pushkey). Batches of ``--requests`` alternate ``--rounds`` times
 before: Bothy's registrations exist, both have their APNs connections), so a
 noisy machine affects both alike. The client's own CPU is not counted.
 
-Prints per batch and the means, pushes per CPU second of each and their ratio
-(the target: Bothy at least 5 times Sygnal), then one JSON line.
+The floor, measured in the same run and alternated with the gateways: Hypercorn
+and Starlette serving a handler that only parses the request's JSON and answers
+200 ``{"rejected":[]}`` (``bench/_httpfloor.py``, in a process of its own,
+configured as the daemon's API server), fed the same requests by the same
+client: its CPU per request is what the libraries Bothy serves HTTP with cost
+before any work; each gateway's CPU per push is also given as a ratio to it.
 
-Usage: .venv/bin/python bench/matrix.py [--sygnal-src DIR] [--requests N]
-       [--concurrency C] [--rounds R] [--pushkeys K]
+``--baseline-src DIR`` adds a second Bothy run from another source tree (``git
+archive main | tar -x -C DIR``: before and after a change), on an embedded
+PostgreSQL of its own, alternated with the others in the same run.
+
+Prints per batch and the means, pushes per CPU second of each and their ratio
+(the target: Bothy at least 5 times Sygnal), the ratios to the floor, then one
+JSON line.
+
+Usage: .venv/bin/python bench/matrix.py [--sygnal-src DIR] [--baseline-src DIR]
+       [--requests N] [--concurrency C] [--rounds R] [--pushkeys K] [--profile FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import multiprocessing
 import os
 import re
 import shutil
@@ -73,6 +87,7 @@ from bench._common import (  # noqa: E402
     report,
     tree_cpu,
 )
+from bench._httpfloor import bare_http_process  # noqa: E402
 from testkit.daemon import DaemonProcess, write_settings  # noqa: E402
 from testkit.fakes import KEY_ID, TEAM_ID, TOPIC  # noqa: E402
 from testkit.fakes.nginx import NginxFake  # noqa: E402
@@ -182,13 +197,50 @@ class Sygnal:
         self.log.close()
 
 
+# ---------------------------------------------------------------- the floor
+
+
+class Floor:
+    """Hypercorn + Starlette answering ``POST NOTIFY`` with ``{"rejected":[]}`` after
+    parsing its JSON, nothing else (``bench/_httpfloor.py``), in a process of its own."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        pipe, child = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=bare_http_process,
+            args=(child, "starlette", NOTIFY, {"rejected": []}),
+            daemon=True,
+        )
+        self.proc.start()
+        if not pipe.poll(60):
+            raise RuntimeError("the floor's server did not start")
+        self.url = f"http://{pipe.recv()}"
+
+    def cpu(self) -> float:
+        assert self.proc.pid is not None
+        return process_cpu(self.proc.pid)
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.join()
+
+
 # ---------------------------------------------------------------- Bothy
 
 
 class Bothy:
-    """``bothy-notify run`` (role all, on ``database``) serving the gateway."""
+    """``bothy-notify run`` (role all, on ``database``) serving the gateway; ``source``:
+    another source tree to run instead of this one (put first on ``PYTHONPATH``)."""
 
-    def __init__(self, tmp: Path, database: str, key_pem: str, fake: NginxFake) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        database: str,
+        key_pem: str,
+        fake: NginxFake,
+        source: Path | None = None,
+    ) -> None:
         settings = {
             "server": {"api_listen": "127.0.0.1:0", "gateway_listen": "127.0.0.1:0"},
             "database": {"url": database},
@@ -213,7 +265,12 @@ class Bothy:
         self.daemon = DaemonProcess(
             config_file=write_settings(tmp / "bothy.toml", settings),
             log_file=tmp / "bothy.log",
-            env={"BENCH_APNS_KEY": key_pem},
+            env={
+                "BENCH_APNS_KEY": key_pem,
+                **({"PYTHONPATH": str(source)} if source is not None else {}),
+            },
+            # ``python -m`` puts its working directory first on sys.path: the tree's own.
+            cwd=source,
         )
         self.daemon.start_sync()
         self.url = self.daemon.api_url
@@ -283,32 +340,40 @@ def notification(pushkey: str) -> dict[str, Any]:
     }
 
 
-async def send_batch(url: str, pushkeys: list[str], count: int, concurrency: int) -> int:
+async def send_batch(
+    url: str, pushkeys: list[str], count: int, concurrency: int
+) -> tuple[int, int]:
     """Post ``count`` notify requests, ``concurrency`` at a time; returns how many were
-    answered 200 with nothing rejected."""
+    answered 200 with nothing rejected, and how many got no answer (the connection
+    closed: counted, not retried)."""
     ok = 0
+    lost = 0
     left = count
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as client:
 
         async def worker() -> None:
-            nonlocal ok, left
+            nonlocal ok, left, lost
             while left > 0:
                 left -= 1
-                answer = await client.post(
-                    NOTIFY, json=notification(pushkeys[left % len(pushkeys)])
-                )
+                try:
+                    answer = await client.post(
+                        NOTIFY, json=notification(pushkeys[left % len(pushkeys)])
+                    )
+                except httpx.TransportError:
+                    lost += 1
+                    continue
                 if answer.status_code == 200 and answer.json() == {"rejected": []}:
                     ok += 1
 
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):
                 nursery.start_soon(worker)
-    return ok
+    return ok, lost
 
 
 def measure(
-    gateway: Bothy | Sygnal, args: argparse.Namespace, pushkeys: list[str]
+    gateway: Bothy | Sygnal | Floor, args: argparse.Namespace, pushkeys: list[str]
 ) -> dict[str, Any]:
     """One batch: wall time, the gateway's CPU per completed push."""
     busy0 = machine_busy()
@@ -319,7 +384,7 @@ def measure(
         if args.profile and isinstance(gateway, Bothy)
         else None
     )
-    ok = trio.run(send_batch, gateway.url, pushkeys, args.requests, args.concurrency)
+    ok, lost = trio.run(send_batch, gateway.url, pushkeys, args.requests, args.concurrency)
     if isinstance(gateway, Bothy):
         deadline = time.monotonic() + 120
         while gateway.unfinished() and time.monotonic() < deadline:
@@ -332,6 +397,7 @@ def measure(
     load = (busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1])
     return {
         "pushes": ok,
+        "unanswered": lost,
         "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
         "pushes_per_s": round(ok / wall, 1),
@@ -350,6 +416,12 @@ def mean(runs: list[dict[str, Any]], key: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sygnal-src", type=Path, default=None)
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="also run Bothy from this source tree (e.g. main's), alternated",
+    )
     parser.add_argument("--requests", type=int, default=2000, help="notify requests per batch")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3, help="batches of each gateway")
@@ -363,8 +435,10 @@ def main() -> None:
     with (
         tempfile.TemporaryDirectory(prefix="bothy-bench-matrix-") as workdir,
         bench_database() as url,
+        contextlib.ExitStack() as stack,
     ):
         tmp = Path(workdir)
+        base_url = stack.enter_context(bench_database()) if args.baseline_src else None
         fake = NginxFake(tmp)
         key = ec.generate_private_key(ec.SECP256R1())
         key_pem = key.private_bytes(
@@ -376,9 +450,18 @@ def main() -> None:
         key_file.write_text(key_pem)
         (tmp / "bothy").mkdir()
         (tmp / "sygnal").mkdir()
+        (tmp / "baseline").mkdir()
+        floor = Floor()
         bothy = Bothy(tmp / "bothy", url, key_pem, fake)
+        baseline = (
+            Bothy(tmp / "baseline", base_url, key_pem, fake, args.baseline_src.resolve())
+            if base_url is not None and args.baseline_src is not None
+            else None
+        )
         sygnal = Sygnal(sygnal_py, tmp / "sygnal", key_file, fake) if sygnal_py else None
-        gateways: list[tuple[str, Bothy | Sygnal]] = [("bothy", bothy)]
+        gateways: list[tuple[str, Bothy | Sygnal | Floor]] = [("floor", floor), ("bothy", bothy)]
+        if baseline is not None:
+            gateways.append(("baseline", baseline))
         if sygnal is not None:
             gateways.append(("sygnal", sygnal))
         try:
@@ -394,10 +477,15 @@ def main() -> None:
             grouped = bothy.jobs_per_transaction()
             print(f"Bothy's answers by outcome (warm-up included): {outcomes}")
             print(f"Bothy's gateway jobs per transaction: {grouped}")
+            if baseline is not None:
+                print(f"the baseline's answers by outcome: {baseline.outcomes()}")
         finally:
             if sygnal is not None:
                 sygnal.close()
+            if baseline is not None:
+                baseline.close()
             bothy.close()
+            floor.close()
             fake.close()
     summary: dict[str, Any] = {}
     for name, done in runs.items():
@@ -408,6 +496,19 @@ def main() -> None:
             "postgres_us_per_push": round(mean(done, "postgres_us_per_push"), 1),
         }
         print(f"{name}: {summary[name]}")
+    floor_us = summary["floor"]["cpu_us_per_push"]
+    to_floor: dict[str, float | None] = {}
+    for name, figures in summary.items():
+        if name == "floor":
+            continue
+        own = figures["cpu_us_per_push"] - figures["postgres_us_per_push"]
+        to_floor[name] = round(figures["cpu_us_per_push"] / floor_us, 2) if floor_us else None
+        if figures["postgres_us_per_push"]:
+            to_floor[f"{name}_without_postgres"] = round(own / floor_us, 2) if floor_us else None
+    print(
+        f"the floor (Hypercorn + Starlette, JSON parsed, 200): {floor_us} us of CPU per request;"
+        f" CPU per push / the floor's per request: {to_floor}"
+    )
     ratio = None
     if "sygnal" in summary and summary["sygnal"]["pushes_per_cpu_s"]:
         ratio = round(
@@ -416,6 +517,12 @@ def main() -> None:
         print(f"Bothy / Sygnal, pushes per CPU second: {ratio} (target >= {TARGET})")
     else:
         print("Sygnal not measured (no --sygnal-src): Bothy alone")
+    before = None
+    if "baseline" in summary and summary["bothy"]["cpu_us_per_push"]:
+        before = round(
+            summary["baseline"]["cpu_us_per_push"] / summary["bothy"]["cpu_us_per_push"], 2
+        )
+        print(f"the baseline's CPU per push / this tree's: {before}")
     report(
         "matrix",
         requests=args.requests,
@@ -424,6 +531,10 @@ def main() -> None:
         sygnal_measured=args.sygnal_src is not None,
         ratio=ratio,
         target=TARGET,
+        floor_cpu_us_per_request=floor_us,
+        cpu_per_push_to_floor=to_floor,
+        baseline_measured=args.baseline_src is not None,
+        baseline_to_this_cpu_per_push=before,
         machine=machine(),
         bothy_outcomes=outcomes,
         bothy_jobs_per_transaction=grouped,

@@ -102,6 +102,7 @@ from bench._common import (
     tree_cpu,
 )
 from bench._daemon import KEY, BenchDaemon, add_code_argument, bench_daemon, daemon_env
+from bench._httpfloor import bare_http_process, starlette_http_process
 from bench._wsfloor import floor_process
 from bothy_notify.auth import mint_token
 from testkit.ws import ABNORMAL, OPCODE_TEXT, PING, Closed, GatewayClient
@@ -447,98 +448,6 @@ def producer_process(
         out.append((message_id, sent, time.monotonic(), status))
     conn.close()
     pipe.send(out)
-
-
-# -- the floors (their own processes) --------------------------------------------------
-
-
-async def bare_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """A trivial ASGI app: reads a JSON POST, answers a small JSON object."""
-    if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
-    json.loads(body)
-    answer = b'{"seqs":[1]}'
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(answer)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": answer})
-
-
-def bare_http_process(pipe: Connection) -> None:
-    """Hypercorn's Trio worker serving :func:`bare_app`, configured as the daemon's
-    API server is (``bothy_notify.api.app.serve_api``)."""
-    from hypercorn.config import Config as HypercornConfig
-    from hypercorn.trio import serve
-
-    config = HypercornConfig()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.errorlog = None
-    config.keep_alive_max_requests = 1_000_000
-
-    async def serve_app(*, task_status: trio.TaskStatus[list[str]]) -> None:
-        app: Any = bare_app
-        await serve(app, config, task_status=task_status)
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(serve_app)
-            pipe.send(binds[0].removeprefix("http://"))
-
-    trio.run(main)
-
-
-def starlette_http_process(pipe: Connection) -> None:
-    """The floor of the daemon's API: Starlette on Hypercorn's Trio worker (configured as
-    :func:`bare_http_process`), one POST route that reads the JSON body and answers a
-    small ``JSONResponse``, as a handler of the daemon's API does around its work."""
-    from hypercorn.config import Config as HypercornConfig
-    from hypercorn.trio import serve
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
-
-    async def post(request: Request) -> JSONResponse:
-        json.loads(await request.body())
-        return JSONResponse({"seqs": [1]})
-
-    app = Starlette(routes=[Route("/v1/events", post, methods=["POST"])])
-    config = HypercornConfig()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.errorlog = None
-    config.keep_alive_max_requests = 1_000_000
-
-    async def serve_app(*, task_status: trio.TaskStatus[list[str]]) -> None:
-        served: Any = app
-        await serve(served, config, task_status=task_status)
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(serve_app)
-            pipe.send(binds[0].removeprefix("http://"))
-
-    trio.run(main)
 
 
 # -- the run ---------------------------------------------------------------------------

@@ -26,7 +26,9 @@ held by a handler waiting for room in the channel): an effect that already
 happened, such as a push the provider accepted, is never given back to run
 again. Only the jobs that never reported are given back, uncounted. If the
 database cannot be reached at that moment nothing can be recorded: those jobs
-run again when their lease ends (at least once, never lost).
+run again when their lease ends (at least once, never lost). A recording whose
+connection broke is written again on a fresh connection while its fences hold
+(:meth:`JobRunner._apply`); at a stop those retries end with the cleanup's bound.
 
 Fencing: a result applies only to the run that claimed the job. Each claim
 takes the job's next claim number (``Job.claim``), and every write about the
@@ -311,6 +313,8 @@ class JobRunner:
         self._wake = trio.Event()
         self._freed = trio.Event()
         self._stopping = False
+        self._claiming = False
+        """A claim query is in flight: the jobs it claims are not in ``_in_flight`` yet."""
         self._idle = trio.Event()
         self._results_send, self._results_recv = trio.open_memory_channel[tuple[Job, JobResult]](0)
         self._jobs_listener = Listener(
@@ -401,10 +405,10 @@ class JobRunner:
 
     def stop_claiming(self) -> None:
         """Begin a graceful stop: claim nothing more; :meth:`wait_idle` returns once
-        running jobs are recorded."""
+        running jobs are recorded (the jobs of a claim in flight included)."""
         self._stopping = True
         self._wake.set()
-        if not self._in_flight:
+        if not self._in_flight and not self._claiming:
             self._idle.set()
 
     async def wait_idle(self) -> None:
@@ -532,11 +536,18 @@ class JobRunner:
                 self._wake = wake = trio.Event()
             limit = min(free, self._config.claim_batch)
             now = self._clock.now()
+            # Until its jobs are dispatched (no checkpoint between), a stop that
+            # begins meanwhile waits for them: idle now would end the drain at once
+            # and cancel their sends as they go out.
             try:
-                jobs, due, checked = await self._db.run(
-                    partial(self._claim, now=now, limit=limit, kinds=kinds),
-                    transaction=False,  # the claim is one statement; the peek a read
-                )
+                self._claiming = True
+                try:
+                    jobs, due, checked = await self._db.run(
+                        partial(self._claim, now=now, limit=limit, kinds=kinds),
+                        transaction=False,  # the claim is one statement; the peek a read
+                    )
+                finally:
+                    self._claiming = False
             except StoreUnavailable:
                 log.warning("claiming jobs failed; retrying once the database answers")
                 self._claim_failing = True
@@ -560,6 +571,8 @@ class JobRunner:
             # Nothing more is due now: sleep until the next job is, or a new one arrives
             # (the wake event was taken before the claim, so nothing slips between).
             await self._wait(wake, due)
+        if not self._in_flight:
+            self._idle.set()  # stopping, and the last claim found nothing
 
     async def _wait(self, wake: trio.Event, due: datetime | None) -> None:
         with trio.move_on_after(self._poll):

@@ -15,6 +15,11 @@ nothing; a missing or bad token is 401 as everywhere): 204 for a DELETE
 (SPEC: a DELETE answers 204 when there is nothing to delete), else 404. A
 route whose path names a parameter without a form is refused when the app is
 built.
+
+The Matrix notify route (:data:`DIRECT_ROUTES`) is served without Starlette's
+middleware and router (:class:`_Api`): a homeserver's request goes straight to its
+handler, answered and protected as every route is (path, errors, 500 on the
+unexpected), with none of the per-request layers it does not use.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from bothy_notify.api import (
     admin,
@@ -174,6 +180,10 @@ MATRIX_ROUTES: list[tuple[str, Handler, list[str]]] = [
     (matrix.NOTIFY_PATH, matrix.post_notify, ["POST"]),
 ]
 """The Matrix Push Gateway API (404 ``M_UNRECOGNIZED`` unless ``[matrix_gateway]``)."""
+DIRECT_ROUTES = frozenset({(matrix.NOTIFY_PATH, "POST")})
+"""Routes :class:`_Api` serves itself, without Starlette's middleware and router: the
+hot ones whose handlers use nothing of them (no path parameters, no token, no
+``HTTPException``)."""
 OPERATOR_ROUTES: list[tuple[str, Handler, list[str]]] = [
     ("/healthz", ops.healthz, ["GET"]),
     ("/readyz", ops.readyz, ["GET"]),
@@ -181,13 +191,54 @@ OPERATOR_ROUTES: list[tuple[str, Handler, list[str]]] = [
 ]
 
 
+ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
+
+
+class _Api(Starlette):
+    """The app: Starlette, but the requests of ``direct`` (path -> endpoint, ``POST``)
+    go straight to their endpoint, skipping the middleware stack (the server-error
+    and exception layers) and the router's match over every route. What those
+    layers would do for such a request is done here: an unexpected exception is
+    answered by ``server_error`` (500, logged without request data)."""
+
+    def __init__(
+        self,
+        *,
+        direct: dict[str, Callable[[Request], Awaitable[Response]]],
+        server_error: ErrorHandler,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._direct = direct
+        self._server_error = server_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = (
+            self._direct.get(scope["path"])
+            if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path")
+            else None
+        )
+        if endpoint is None:
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self
+        request = Request(scope, receive, send)
+        try:
+            response = await endpoint(request)
+        except Exception as exc:
+            response = await self._server_error(request, exc)
+        await response(scope, receive, send)
+
+
 def build_app(
     ctx: ApiContext,
     *,
     operator_only: bool = False,
     extra_routes: list[tuple[str, Handler, list[str]]] | None = None,
+    direct: frozenset[tuple[str, str]] = DIRECT_ROUTES,
 ) -> Starlette:
-    """The ASGI app. ``operator_only`` (role ``worker``) serves just health and metrics."""
+    """The ASGI app. ``operator_only`` (role ``worker``) serves just health and metrics;
+    the ``(path, method)`` routes of ``direct`` (``POST`` only) skip Starlette's layers."""
     table = list(OPERATOR_ROUTES)
     if not operator_only:
         table = (
@@ -208,6 +259,14 @@ def build_app(
         Route(path, _bind(ctx, handlers), methods=list(handlers))
         for path, handlers in by_path.items()
     ]
+    served_directly = {
+        path: _bind(ctx, {method: handlers[method]})
+        for path, handlers in by_path.items()
+        for method in handlers
+        if (path, method) in direct and method == "POST"
+    }
+    if any("{" in path for path in served_directly):
+        raise ValueError("a route served directly names no path parameter (none is checked)")
     for route in routes:
         unknown = set(route.param_convertors) - set(PATH_PARAMETERS)
         if unknown:
@@ -230,7 +289,9 @@ def build_app(
         log.error("unexpected error in a request", extra={"error_type": type(exc).__name__})
         return error_response(500, "internal", "an internal error occurred")
 
-    return Starlette(
+    return _Api(
+        direct=served_directly,
+        server_error=server_error,
         routes=routes,
         exception_handlers={HTTPException: http_error, Exception: server_error},
     )

@@ -389,6 +389,12 @@ class MatrixGateway:
         if not waiting:
             return
         elsewhere = [job_id for job_id in waiting if job_id not in here]
+        if expected is not None and not elsewhere:
+            # All with this process's runner (the usual case): this task waits itself.
+            with trio.move_on_at(deadline):
+                while not _take(expected, waiting):
+                    await expected.wait_changed()
+            return
         with trio.move_on_at(deadline):
             async with trio.open_nursery() as nursery:
 
@@ -407,10 +413,7 @@ class MatrixGateway:
     ) -> None:
         """Take this process's results as they are reported."""
         while True:
-            for job_id, result in expected.results.items():
-                d = waiting[job_id]
-                if d.outcome is None:
-                    d.outcome = _outcome(result)
+            _take(expected, waiting)
             settled()
             await expected.wait_changed()
 
@@ -432,6 +435,15 @@ class MatrixGateway:
                     d.outcome = _attempt_outcome(attempt)
             settled()
             left = [job_id for job_id in left if waiting[job_id].outcome is None]
+
+
+def _take(expected: Expected, waiting: dict[int, _Device]) -> bool:
+    """Give the devices the results reported so far; whether every one has its outcome."""
+    for job_id, result in expected.results.items():
+        d = waiting[job_id]
+        if d.outcome is None:
+            d.outcome = _outcome(result)
+    return all(d.outcome is not None for d in waiting.values())
 
 
 def _attempt_outcome(attempt: store.FirstAttempt) -> MatrixOutcome:

@@ -191,6 +191,39 @@ async def test_results_queued_or_held_by_a_blocked_handler_at_the_deadline_are_r
     assert runner.statistics()["recorded"] == 4
 
 
+async def test_a_stop_during_a_claim_waits_for_the_jobs_it_claims(
+    db: Database, database_url: str, clock: FakeClock
+) -> None:
+    """A graceful stop that begins while a claim is in flight: the jobs that claim
+    takes run and are recorded before the runner says it is idle. (Idle at once
+    ended the drain at once, and the stop cancelled their sends as they went out
+    and gave the jobs back: seen in the rolling-restart test as a push sent twice.)"""
+    (job,) = await insert(db, clock, 1)
+    handler = Answering()
+    idle = trio.Event()
+
+    async def note_idle(runner: JobRunner) -> None:
+        await runner.wait_idle()
+        idle.set()
+
+    async with RowLock(database_url) as lock, trio.open_nursery() as nursery:
+        await lock.take_table()
+        runner = await start_runner(nursery, db, database_url, clock, handler)
+        await until(partial(a_write_waits, database_url), "the claim to wait")
+        runner.stop_claiming()
+        nursery.start_soon(note_idle, runner)
+        await lock.release()
+        await until(lambda: job in handler.held, "the job claimed and dispatched")
+        await trio.testing.wait_all_tasks_blocked()
+        assert not idle.is_set()
+        handler.answer(job)
+        with trio.fail_after(10):
+            await idle.wait()
+        nursery.cancel_scope.cancel()
+    assert await states(db) == {job: ("completed", 1)}
+    assert runner.statistics()["recorded"] == 1
+
+
 async def test_a_runner_failure_records_the_results_reported_and_gives_back_the_rest(
     db: Database, database_url: str
 ) -> None:

@@ -33,6 +33,22 @@ VALID: dict[str, dict[str, Any]] = {
         "author_id": "sam",
         "mentions": ["alex"],
     },
+    "message.edited": {
+        "thread_id": "t1",
+        "message_id": "m1",
+        "thread_seq": 1,
+        "author_id": "sam",
+        "mentions": ["alex", "robin"],
+        "previous_mentions": ["alex"],
+    },
+    "message.deleted": {
+        "thread_id": "t1",
+        "message_id": "m1",
+        "thread_seq": 1,
+        "author_id": "sam",
+        "mentions": ["alex"],
+        "last_seq": 0,
+    },
     "access.expiring": {"user_id": "alex", "target_id": "grant-1"},
     "hint.requested": {
         "recipients": ["alex", "sam"],

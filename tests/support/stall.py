@@ -33,6 +33,17 @@ class RowLock:
 
         await trio.to_thread.run_sync(take)
 
+    async def take_table(self) -> None:
+        """Lock ``bothy.jobs`` against writes: every claim and recording waits from now
+        on (reads do not)."""
+
+        def take() -> None:
+            if self._conn is None:
+                self._conn = psycopg.connect(self._url)
+            self._conn.execute("LOCK TABLE bothy.jobs IN EXCLUSIVE MODE")
+
+        await trio.to_thread.run_sync(take)
+
     async def release(self) -> None:
         """End the transaction and close the connection (shielded: a test calls it while
         being cancelled); again, nothing."""
