@@ -15,10 +15,13 @@ Every node of a cluster, whatever its role, is one :class:`NodeRegistry`:
   once, whether or not its rows were swept yet;
 - a node that could not beat itself for a while (a heartbeat failed, or its
   last one is older than ``cluster.node_timeout``: the database was away, a
-  failover) sweeps nobody until it has beaten again for
-  ``cluster.node_timeout``: the others could not beat either, and are given
-  that long to do it, so their running jobs are not ended ``node_gone`` under
-  them (the results they then record would be dropped as ``lost_lease``);
+  failover), or that found its own row gone after its first beat (swept, or
+  the table emptied: ``bothy.nodes`` is unlogged, and a promoted replica, or a
+  server restarted after a crash, starts it empty), sweeps nobody until it has
+  beaten again for ``cluster.node_timeout``: the others could not beat either,
+  or their rows are gone with its own, and are given that long to write them
+  again, so their running jobs are not ended ``node_gone`` under them (the
+  results they then record would be dropped as ``lost_lease``);
 - when its row had to be inserted again (it was taken for gone, or the
   database lost its unlogged tables), it asks its gateway to publish all its
   presence again (``on_rejoin``);
@@ -138,16 +141,21 @@ class NodeRegistry:
             # either. Give them node_timeout from now to be seen again.
             self._sweeps_from = now + self._timeout
         sweeps = self._sweeps_from is None or now >= self._sweeps_from
+        first = self._beats == 0
         try:
             joined, swept, nodes = await self._db.run(
-                lambda c: self._beat(c, now, since, stats, sweeps=sweeps), transaction=False
+                lambda c: self._beat(c, now, since, stats, sweeps=sweeps, first=first),
+                transaction=False,
             )
         except StoreError:
             self._beat_failed = True
             raise
         self._beat_failed = False
         self._last_beat = now
-        first = self._beats == 0
+        if joined and not first:
+            # Its row was gone: swept, or the table emptied (a promoted replica starts
+            # its unlogged tables empty). The others' rows are likely gone too.
+            self._sweeps_from = now + self._timeout
         self._beats += 1
         self._last_ok = time.monotonic()
         self.nodes = tuple(nodes)
@@ -173,6 +181,7 @@ class NodeRegistry:
         stats: bytes | None = None,
         *,
         sweeps: bool = True,
+        first: bool = True,
     ) -> tuple[bool, SweepResult, list[NodeRow]]:
         # The heartbeat commits on its own first: a transaction that held this node's
         # row while it swept other nodes' rows could deadlock with another node doing
@@ -187,7 +196,7 @@ class NodeRegistry:
             now=now,
             stats=stats,
         )
-        if not sweeps:
+        if not sweeps or (joined and not first):
             return joined, SweepResult(0, 0, {}), cluster.live_nodes(conn, since=since)
         with conn.transaction():
             swept = cluster.sweep(conn, since=since, now=now)

@@ -16,6 +16,12 @@ from bothy_notify.store.db import Database
 from bothy_notify.store.jobs import JobSpec
 from tests.cluster.support import TIMEOUT, presence_rows, registry, sql
 
+
+def server_heartbeat() -> timedelta:
+    """A node's heartbeat interval (``server.heartbeat``'s default)."""
+    return timedelta(seconds=2)
+
+
 DESKTOP = PresenceEntry("alex-desktop", "macos", frozenset({"t1"}), False)
 
 
@@ -133,6 +139,32 @@ async def test_after_the_database_was_away_nobody_is_swept_until_all_had_node_ti
     assert swept.nodes == 1
     assert {n.node_id for n in alive.nodes} == {late.node_id, alive.node_id}
     assert await sql(db, "SELECT state FROM bothy.jobs") == [("running",)]
+
+
+async def test_after_the_registry_was_emptied_nobody_is_swept_until_all_had_node_timeout_to_beat(
+    db: Database, clock: FakeClock
+) -> None:
+    """A promoted replica (or a server restarted after a crash) starts the unlogged
+    ``bothy.nodes`` empty: the first node to beat there finds every other row gone,
+    its own too, and must not end the others' running jobs ``node_gone``."""
+    late, alive = registry(db, clock, "api"), registry(db, clock, "all")
+    await late.beat()
+    await alive.beat()
+    running = JobSpec("notify.gateway_send", {}, clock.now(), 3, "hint", late.node_id)
+    await db.run(lambda c: queue.insert(c, [running], clock.now()))
+    await sql(db, "UPDATE bothy.jobs SET state = 'running'")  # claimed by the late node
+    await sql(db, "TRUNCATE bothy.nodes")  # the failover
+
+    clock.advance(server_heartbeat())
+    swept = await alive.beat()
+    clock.advance(TIMEOUT / 2)
+    swept_later = await alive.beat()  # still within node_timeout of finding it empty
+    await late.beat()
+
+    assert swept == swept_later == cluster.SweepResult(0, 0, {})
+    assert await sql(db, "SELECT state FROM bothy.jobs") == [("running",)]
+    assert {n.node_id for n in alive.nodes} == {alive.node_id}
+    assert {n.node_id for n in late.nodes} == {late.node_id, alive.node_id}
 
 
 async def test_presence_of_a_node_missing_from_the_registry_is_not_written(
