@@ -15,14 +15,21 @@ from bothy_notify.store.events import append
 from tests.fake_gateway import FakeGateway, gateway_factory
 from tests.harness import Launch, ev, make_config
 
+MARKER = "test-marker"
+
 
 def notifications(database_url: str, conn: psycopg.Connection[Any]) -> int:
-    """Blocking: notifications on ``conn`` once an outbox append (which notifies) came;
-    they arrive in commit order, so an earlier one would have come before it."""
+    """Blocking: how many ``bothy_events`` notifications ``conn`` got up to and including
+    an outbox append's (which notifies), counted once a marker notified after it came:
+    notifications arrive in commit order, so every earlier one came before the marker."""
     with psycopg.connect(database_url) as producer:
         append(producer, [("user.upserted", {"user_id": "sam", "kind": "human", "active": True})])
-    got = list(conn.notifies(timeout=10, stop_after=1))
-    return len(got) + len(list(conn.notifies(timeout=0)))
+        producer.commit()
+        producer.execute("SELECT pg_notify('bothy_events', %s)", (MARKER,))
+    for count, notification in enumerate(conn.notifies(timeout=10)):
+        if notification.payload == MARKER:
+            return count
+    raise AssertionError("the marker notification never came")
 
 
 async def test_an_append_wakes_the_round_held_here_without_notify(
