@@ -103,6 +103,17 @@ class Outcome:
         return cls(OutcomeKind.DEAD, None, reason)
 
 
+def _present(**members: Any) -> dict[str, Any]:
+    """The members that are not ``None``, in order: a payload omits absent members
+    (never null)."""
+    return {key: value for key, value in members.items() if value is not None}
+
+
+def _strings(payload: dict[str, Any]) -> dict[str, str]:
+    """A payload with every value a string (FCM data messages)."""
+    return {key: str(value) for key, value in payload.items()}
+
+
 @fast_init
 @dataclass(frozen=True, slots=True)
 class PushMessage:
@@ -175,7 +186,7 @@ class TopicMessage:
 
     def string_payload(self) -> dict[str, str]:
         """The payload with every value a string (it already is)."""
-        return {k: str(v) for k, v in self.payload().items()}
+        return _strings(self.payload())
 
     @property
     def collapse_id(self) -> str:
@@ -212,16 +223,16 @@ class ReadMessage:
     kind = "read"
 
     def payload(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": "read", "thread_id": self.thread_id, "seq": self.seq}
-        if self.badge is not None:
-            out["badge"] = self.badge
-        if self.urgency is not None:
-            out["urgency"] = self.urgency
-        return out
+        return {
+            "kind": "read",
+            "thread_id": self.thread_id,
+            "seq": self.seq,
+            **_present(badge=self.badge, urgency=self.urgency),
+        }
 
     def string_payload(self) -> dict[str, str]:
         """The payload with every value a string (FCM data messages)."""
-        return {k: str(v) for k, v in self.payload().items()}
+        return _strings(self.payload())
 
     @property
     def webhook_id(self) -> str:
@@ -251,20 +262,16 @@ class RemovedMessage:
     kind = "removed"
 
     def payload(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+        return {
             "kind": "removed",
             "thread_id": self.thread_id,
             "message_id": self.message_id,
+            **_present(badge=self.badge, urgency=self.urgency),
         }
-        if self.badge is not None:
-            out["badge"] = self.badge
-        if self.urgency is not None:
-            out["urgency"] = self.urgency
-        return out
 
     def string_payload(self) -> dict[str, str]:
         """The payload with every value a string (FCM data messages)."""
-        return {k: str(v) for k, v in self.payload().items()}
+        return _strings(self.payload())
 
     @property
     def webhook_id(self) -> str:
@@ -296,16 +303,15 @@ class SummaryMessage:
         return self.nid
 
     def payload(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": "summary", "count": self.count}
-        if self.badge is not None:
-            out["badge"] = self.badge
-        if self.urgency is not None:
-            out["urgency"] = self.urgency
-        return out
+        return {
+            "kind": "summary",
+            "count": self.count,
+            **_present(badge=self.badge, urgency=self.urgency),
+        }
 
     def string_payload(self) -> dict[str, str]:
         """The payload with every value a string (FCM data messages)."""
-        return {k: str(v) for k, v in self.payload().items()}
+        return _strings(self.payload())
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,22 +343,17 @@ class MatrixMessage:
         return "matrix." + hashlib.sha256(key.encode()).hexdigest()[:32]
 
     def payload(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.event_id is not None:
-            out["event_id"] = self.event_id
-        if self.room_id is not None:
-            out["room_id"] = self.room_id
-        if self.unread is not None:
-            out["unread"] = self.unread
-        if self.missed_calls is not None:
-            out["missed_calls"] = self.missed_calls
-        if self.urgency is not None:
-            out["urgency"] = self.urgency
-        return out
+        return _present(
+            event_id=self.event_id,
+            room_id=self.room_id,
+            unread=self.unread,
+            missed_calls=self.missed_calls,
+            urgency=self.urgency,
+        )
 
     def string_payload(self) -> dict[str, str]:
         """The payload with every value a string (FCM data messages)."""
-        return {k: str(v) for k, v in self.payload().items()}
+        return _strings(self.payload())
 
     def __repr__(self) -> str:
         return f"MatrixMessage(badge_only={self.event_id is None})"
