@@ -7,6 +7,8 @@
 - :mod:`testkit.fakes`: protocol-speaking stand-ins for what the daemon talks
   to: APNs (h2 on Trio, and nginx), FCM, a Web Push service, a webhook
   receiver.
+- :mod:`testkit.events`: one valid payload of every event type, the examples tests
+  and benchmarks build their cases from.
 - :mod:`testkit.quiet`: the quiet-hours evaluation the current one replaced,
   the reference a test checks against and a benchmark times.
 

@@ -17,55 +17,7 @@ from bothy_notify.notify.catalogue import APP_KIND_PATTERN, is_app_kind
 from bothy_notify.store import events as eventlog
 from bothy_notify.store.events import Cursor, EventRejected, EventValidator
 from bothy_notify.store.migrate import load_event_schemas
-
-VALID: dict[str, dict[str, Any]] = {
-    "user.upserted": {"user_id": "alex", "kind": "human", "active": True},
-    "device.upserted": {"device_id": "d1", "user_id": "alex", "platform": "ios", "state": "active"},
-    "thread.upserted": {"thread_id": "t1", "space_id": "s1", "channel_id": "c1"},
-    "member.added": {"user_id": "alex", "scope_id": "s1"},
-    "member.removed": {"user_id": "alex", "scope_id": "s1"},
-    "thread.followed": {"user_id": "alex", "thread_id": "t1", "level": "all"},
-    "thread.read": {"user_id": "alex", "thread_id": "t1", "seq": 4},
-    "message.created": {
-        "thread_id": "t1",
-        "message_id": "m1",
-        "thread_seq": 1,
-        "author_id": "sam",
-        "mentions": ["alex"],
-    },
-    "message.edited": {
-        "thread_id": "t1",
-        "message_id": "m1",
-        "thread_seq": 1,
-        "author_id": "sam",
-        "mentions": ["alex", "robin"],
-        "previous_mentions": ["alex"],
-    },
-    "message.deleted": {
-        "thread_id": "t1",
-        "message_id": "m1",
-        "thread_seq": 1,
-        "author_id": "sam",
-        "mentions": ["alex"],
-        "last_seq": 0,
-    },
-    "access.expiring": {"user_id": "alex", "target_id": "grant-1"},
-    "hint.requested": {
-        "recipients": ["alex", "sam"],
-        "actor_id": "robin",
-        "category": "social",
-        "kind": "social:friend_request",
-        "target_id": "robin",
-        "idempotency_key": "req-1",
-    },
-    "envelope.published": {
-        "topic": "AAECAwQFBgcICQoLDA0ODxA=",
-        "kind": "application",
-        "should_push": True,
-        "sender_hmac": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
-        "data": "c2VhbGVkIGJ5dGVz",
-    },
-}
+from testkit.events import VALID_PAYLOADS
 
 
 def sql_check(conn: psycopg.Connection[Any], type_: str, payload: Any) -> str | None:
@@ -81,9 +33,9 @@ def sql_check(conn: psycopg.Connection[Any], type_: str, payload: Any) -> str | 
 
 
 def test_every_event_type_has_a_schema_and_a_valid_example() -> None:
-    assert set(load_event_schemas()) == set(VALID)
+    assert set(load_event_schemas()) == set(VALID_PAYLOADS)
     validator = EventValidator()
-    for type_, payload in VALID.items():
+    for type_, payload in VALID_PAYLOADS.items():
         validator.check(type_, payload)
 
 
@@ -97,10 +49,10 @@ def test_append_event_accepts_valid_events_and_notifies(database_url: str) -> No
             conn.execute("SELECT bothy.append_event(%s, %s::jsonb)", (t, json.dumps(p))).fetchone()[
                 0
             ]  # type: ignore[index]
-            for t, p in VALID.items()
+            for t, p in VALID_PAYLOADS.items()
         ]
         conn.commit()
-        assert seqs == sorted(seqs) and len(set(seqs)) == len(VALID)
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(VALID_PAYLOADS)
         assert [n.channel for n in listener.notifies(timeout=2, stop_after=1)] == ["bothy_events"]
 
 
@@ -136,7 +88,7 @@ def test_append_event_accepts_valid_events_and_notifies(database_url: str) -> No
         ),
         (
             "message.created",
-            {**VALID["message.created"], "mentions": ["ok", "not ok"]},
+            {**VALID_PAYLOADS["message.created"], "mentions": ["ok", "not ok"]},
             "bothy: payload.mentions[1]: does not have the required form",
         ),
     ],
@@ -184,7 +136,7 @@ def test_the_schemas_kind_pattern_is_the_catalogues() -> None:
 def test_kind_codes_are_checked_by_shape_alike_in_sql_and_python(
     database_url: str, kind: str, valid: bool
 ) -> None:
-    payload = {**VALID["hint.requested"], "kind": kind}
+    payload = {**VALID_PAYLOADS["hint.requested"], "kind": kind}
     try:
         EventValidator().check("hint.requested", payload)
         python_ok = True
@@ -199,7 +151,11 @@ def test_a_refused_event_leaves_nothing_of_its_batch(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
         with pytest.raises(EventRejected) as error, conn.transaction():
             eventlog.append(
-                conn, [("user.upserted", VALID["user.upserted"]), ("thread.read", {"user_id": "a"})]
+                conn,
+                [
+                    ("user.upserted", VALID_PAYLOADS["user.upserted"]),
+                    ("thread.read", {"user_id": "a"}),
+                ],
             )
         assert error.value.field == "payload.thread_id"
         assert conn.execute("SELECT count(*) FROM bothy.events").fetchone() == (0,)
@@ -241,7 +197,7 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
 
 
-ENVELOPE = VALID["envelope.published"]
+ENVELOPE = VALID_PAYLOADS["envelope.published"]
 
 
 @pytest.mark.parametrize(
