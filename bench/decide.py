@@ -332,6 +332,42 @@ def explain_rounds(url: str, batch: int, burst_threads: int) -> dict[str, object
     return figures
 
 
+def alternated_run(
+    url: str, batch: int, postmaster: int | None, mode: str, expected: tuple[int, int], unit: str
+) -> tuple[Timed, int]:
+    """One round of an alternation over the messages just appended: checks it consumed
+    and wrote what ``expected`` (events, jobs) says and prints its CPU per ``unit``
+    (one job each)."""
+    timed, consumed, jobs = run_round(url, batch, postmaster)
+    assert (consumed, jobs) == expected, (consumed, jobs)
+    here, pg = timed.cpu * 1e6 / jobs, timed.pg_cpu * 1e6 / jobs
+    print(
+        f"  {mode:>5}: {here + pg:.1f} us CPU per {unit} ({here:.1f} here + {pg:.1f}"
+        f" PostgreSQL), {jobs / timed.wall:,.0f} {unit}s/s",
+        flush=True,
+    )
+    return timed, jobs
+
+
+def per_unit(
+    runs: list[tuple[str, Timed, int]], modes: tuple[str, ...], unit: str
+) -> dict[str, tuple[float, float]]:
+    """CPU microseconds per job (this process, PostgreSQL) of each mode over all its
+    rounds, printed with the ratio to the first mode's."""
+    figures = {}
+    for mode in modes:
+        mine = [(t, j) for m, t, j in runs if m == mode]
+        jobs = sum(j for _, j in mine)
+        figures[mode] = (
+            sum(t.cpu for t, _ in mine) * 1e6 / jobs,
+            sum(t.pg_cpu for t, _ in mine) * 1e6 / jobs,
+        )
+    base = sum(figures[modes[0]])
+    for mode, (here, pg) in figures.items():
+        print(f"  {mode:>5}: {here + pg:.1f} us CPU per {unit}, ratio {(here + pg) / base:.3f}")
+    return figures
+
+
 QUIET_MODES = ("none", "dst14")
 
 
@@ -360,30 +396,15 @@ def quiet_runs(args: argparse.Namespace, threads: int) -> None:
                     conn.execute("VACUUM ANALYZE bothy.jobs")
                 append_messages(url, messages_of(sent, args.events, threads))
                 sent += args.events
-                timed, consumed, jobs = run_round(url, args.batch, postmaster)
-                assert consumed == args.events and jobs == args.events * followers, (consumed, jobs)
+                expected = (args.events, args.events * followers)
+                timed, jobs = alternated_run(url, args.batch, postmaster, mode, expected, "job")
                 runs.append((mode, timed, jobs))
-                here, pg = timed.cpu * 1e6 / jobs, timed.pg_cpu * 1e6 / jobs
-                print(
-                    f"  {mode:>5}: {here + pg:.1f} us CPU per job ({here:.1f} here + {pg:.1f}"
-                    f" PostgreSQL), {jobs / timed.wall:,.0f} jobs/s",
-                    flush=True,
-                )
-    figures = {}
-    for mode in QUIET_MODES:
-        mine = [(t, j) for m, t, j in runs if m == mode]
-        jobs = sum(j for _, j in mine)
-        figures[mode] = (
-            sum(t.cpu for t, _ in mine) * 1e6 / jobs,
-            sum(t.pg_cpu for t, _ in mine) * 1e6 / jobs,
-        )
-    base = sum(figures["none"])
     print(
         f"the round with {PATHOLOGICAL_PEOPLE} of {followers} followers on the pathological"
         f" schedule ({args.rounds} alternations of {args.events} messages, batch {args.batch}):"
     )
-    for mode, (here, pg) in figures.items():
-        print(f"  {mode:>5}: {here + pg:.1f} us CPU per job, ratio {(here + pg) / base:.3f}")
+    figures = per_unit(runs, QUIET_MODES, "job")
+    base = sum(figures["none"])
     report(
         "decide_quiet",
         **{f"cpu_us_per_job_{m}": round(sum(f), 2) for m, f in figures.items()},
@@ -463,30 +484,17 @@ def group_mention_runs(args: argparse.Namespace) -> None:
                     conn.execute("VACUUM ANALYZE bothy.jobs")
                 append_messages(url, group_messages(mode, sent, args.events))
                 sent += args.events
-                timed, consumed, jobs = run_round(url, args.batch, postmaster)
-                assert consumed == args.events and jobs == args.events * members, (consumed, jobs)
-                runs.append((mode, timed, jobs))
-                here, pg = timed.cpu * 1e6 / jobs, timed.pg_cpu * 1e6 / jobs
-                print(
-                    f"  {mode:>5}: {here + pg:.1f} us CPU per recipient ({here:.1f} here +"
-                    f" {pg:.1f} PostgreSQL), {jobs / timed.wall:,.0f} recipients/s",
-                    flush=True,
+                expected = (args.events, args.events * members)
+                timed, jobs = alternated_run(
+                    url, args.batch, postmaster, mode, expected, "recipient"
                 )
-    figures = {}
-    for mode in GROUP_MODES:
-        mine = [(t, j) for m, t, j in runs if m == mode]
-        jobs = sum(j for _, j in mine)
-        figures[mode] = (
-            sum(t.cpu for t, _ in mine) * 1e6 / jobs,
-            sum(t.pg_cpu for t, _ in mine) * 1e6 / jobs,
-        )
-    base = sum(figures["plain"])
+                runs.append((mode, timed, jobs))
     print(
         f"the round over messages to {members} recipients ({args.rounds} alternations of"
         f" {args.events} messages, batch {args.batch}):"
     )
-    for mode, (here, pg) in figures.items():
-        print(f"  {mode:>5}: {here + pg:.1f} us CPU per recipient, ratio {(here + pg) / base:.3f}")
+    figures = per_unit(runs, GROUP_MODES, "recipient")
+    base = sum(figures["plain"])
     report(
         "decide_mention_all",
         **{f"cpu_us_per_recipient_{m}": round(sum(f), 2) for m, f in figures.items()},
