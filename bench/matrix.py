@@ -85,10 +85,9 @@ from bench._common import (  # noqa: E402
     postgres_pid,
     process_cpu,
     report,
-    tree_cpu,
 )
+from bench._daemon import bench_daemon  # noqa: E402
 from bench._httpfloor import bare_http_process  # noqa: E402
-from testkit.daemon import DaemonProcess, write_settings  # noqa: E402
 from testkit.fakes import KEY_ID, TEAM_ID, TOPIC  # noqa: E402
 from testkit.fakes.nginx import NginxFake  # noqa: E402
 
@@ -262,16 +261,10 @@ class Bothy:
             },
             "log": {"level": "warning"},
         }
-        self.daemon = DaemonProcess(
-            config_file=write_settings(tmp / "bothy.toml", settings),
-            log_file=tmp / "bothy.log",
-            env={
-                "BENCH_APNS_KEY": key_pem,
-                **({"PYTHONPATH": str(source)} if source is not None else {}),
-            },
-            # ``python -m`` puts its working directory first on sys.path: the tree's own.
-            cwd=source,
-        )
+        env = {"BENCH_APNS_KEY": key_pem}
+        if source is not None:
+            env["PYTHONPATH"] = str(source)
+        self.daemon = bench_daemon(tmp, settings, env, name="bothy")
         self.daemon.start_sync()
         self.url = self.daemon.api_url
         self.database = database
@@ -281,7 +274,7 @@ class Bothy:
         return self.own_cpu() + self.postgres_cpu()
 
     def own_cpu(self) -> float:
-        return tree_cpu(self.daemon.pid)
+        return self.daemon.tree_cpu_seconds()
 
     def postgres_cpu(self) -> float:
         return postgres_cpu(self.postmaster) if self.postmaster else 0.0
