@@ -397,7 +397,9 @@ class Desktop:
                 with trio.move_on_after(CONNECT_TIMEOUT) as attempt:
                     try:
                         client = await GatewayClient.connect(nursery, node.gateway)
-                    except (OSError, Closed):
+                    except (OSError, trio.BrokenResourceError, Closed):
+                        # Refused, or reset by a node closing its listener (the reset
+                        # reaches the upgrade's send as a broken stream).
                         self.attempts.append("connect failed")
                         continue
                 if attempt.cancelled_caught:
