@@ -461,12 +461,14 @@ def load_group(
     thread_list = sorted(by_thread)
     thread_keys = _keys(thread_list)
     with conn.pipeline():
+        # The largest read first: its answer is decoded (below) while the database
+        # runs the others.
+        c_recipients = conn.execute(_RECIPIENTS, (user_keys,))
         c_threads = conn.execute(_THREADS, (thread_keys,)) if thread_list else None
         c_follows = (
             conn.execute(_FOLLOWS, (thread_keys,)) if thread_list and follows is None else None
         )
         c_reads = conn.execute(_READS, (orjson.dumps(by_thread).decode(),)) if thread_list else None
-        c_recipients = conn.execute(_RECIPIENTS, (user_keys,))
         c_windows = None
         if thread_list and with_windows:
             # Two arrays of the pairs, read in step (``_PAIR_KEYS``).
@@ -482,8 +484,8 @@ def load_group(
         )
         if meanwhile is not None:
             meanwhile()
+        people, devices, member_of = _recipients(_one(c_recipients))
     presence, holders = _presence(c_presence.fetchall()) if c_presence else ({}, {})
-    people, devices, member_of = _recipients(_one(c_recipients))
     return GroupFacts(
         infos=_threads(c_threads.fetchall()) if c_threads else {},
         follows=follows
