@@ -566,6 +566,9 @@ def main() -> None:
     print(f"round: {consumed} message events in {elapsed:.2f}s -> {jobs} push_send jobs")
     print(f"  {events_per_s:,.0f} message events/s, {jobs_per_s:,.0f} jobs/s")
     print(f"  CPU per job: {round_us:.1f} us here + {round_pg_us:.1f} us in PostgreSQL")
+    per_event = (timed.cpu + timed.pg_cpu) * 1e6 / consumed if consumed else 0.0
+    jobs_each = jobs / consumed if consumed else 0.0
+    print(f"  CPU per event: {per_event:.0f} us ({jobs_each:.2f} jobs each)")
     print(f"bare COPY of {jobs} job rows: {copy_elapsed:.2f}s, {copy_per_s:,.0f} rows/s")
     print(f"  CPU per row: {copy_us:.1f} us here + {copy_pg_us:.1f} us in PostgreSQL")
     print(f"bare binary COPY of the same rows: {binary.wall:.2f}s, {binary_per_s:,.0f} rows/s")
@@ -582,6 +585,7 @@ def main() -> None:
         followers=None if args.scale else args.followers,
         scale=scale_figures or None,
         round_cpu_us_per_job=round(round_us, 2),
+        cpu_us_per_event=round(per_event, 1),
         round_postgres_cpu_us_per_job=round(round_pg_us, 2),
         copy_cpu_us_per_row=round(copy_us, 2),
         copy_postgres_cpu_us_per_row=round(copy_pg_us, 2),

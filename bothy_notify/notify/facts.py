@@ -125,6 +125,23 @@ _FOLLOWS = (
     "  WHERE f.thread_id = k.id) f"
     " WHERE f.levels IS NOT NULL"
 )
+# The stored levels a group of messages needs when its candidates are the followers
+# at level `all` and the mentioned (no `notify.default_level = "all"`, no group
+# mention): per thread its `all` followers, one index-only range of the partial index
+# `follows_all` (not the thousands of `mentions` follows of a popular thread), and
+# each mentioned person's level by its key. The keys: {thread: [mentioned, ...]}.
+_CANDIDATE_FOLLOWS = (
+    "SELECT coalesce(json_object_agg(k.id, f.levels), '{}')::text"
+    " FROM json_each(%s::json) AS k(id, mentioned) CROSS JOIN LATERAL ("
+    "  SELECT json_object_agg(f.user_id, f.level) AS levels FROM ("
+    "   SELECT f.user_id, f.level FROM bothy.follows f"
+    "   WHERE f.thread_id = k.id AND f.level = 'all'"
+    "   UNION ALL SELECT f.user_id, f.level"
+    "   FROM json_array_elements_text(k.mentioned) AS m(id) CROSS JOIN LATERAL ("
+    "    SELECT f.user_id, f.level FROM bothy.follows f"
+    "    WHERE f.thread_id = k.id AND f.user_id = m.id OFFSET 0) f) f) f"
+    " WHERE f.levels IS NOT NULL"
+)
 # The people with read access to each thread (a membership names the thread, its
 # channel or its space), as one JSON text {thread: [user, ...]}: per thread by its
 # key, each scope's members by the members key (a space has thousands: no scan), in
@@ -141,44 +158,46 @@ _THREAD_MEMBERS = (
     "  WHERE t.thread_id = k.id) m"
     " WHERE m.users IS NOT NULL"
 )
-# Read access: the memberships of the group's people in the scopes (thread, channel,
-# space) of the group's threads; a person may read a thread when one of them names
-# one of its scopes. Read per person (usually a few rows each, however many threads),
-# never per scope (a space may have more members than the group has people).
-_MEMBERS = (
-    "SELECT k.id, m.scope_id"
-    f" FROM {_KEYS} AS k(id) CROSS JOIN LATERAL ("
-    "  SELECT m.scope_id FROM bothy.members m WHERE m.user_id = k.id OFFSET 0) m"
-    " JOIN ("
-    "  SELECT DISTINCT s.id FROM bothy.threads t"
-    "  CROSS JOIN unnest(ARRAY[t.thread_id, t.channel_id, t.space_id]) AS s(id)"
-    f"  WHERE t.thread_id = ANY({_KEY_ARRAY}) AND s.id IS NOT NULL) scopes"
-    " ON scopes.id = m.scope_id"
+# What a group needs of each of its people, as one JSON text, {user: [human, active,
+# categories off, quiet hours, scopes, devices]}, decoded by orjson in one call
+# (psycopg's rows and Python's loops over them cost more than the reads did). One row
+# per person of the group who has a `users` row (anyone else is UNKNOWN_PERSON); each
+# fact a scalar sub-select by the person's key (never flattened into a join):
+# - categories off: the keys of `preferences.categories` set to JSON false;
+# - quiet hours: the stored document's JSON text (a string, parsed once per text);
+# - scopes, for read access: every scope (thread, channel, space) a membership of the
+#   person names, read per person, never per scope (a space may have more members
+#   than the group has people); a person may read a thread when one of them is one of
+#   its scopes. Not narrowed to the group's scopes here: against the thousand scopes
+#   of a burst's threads that filter cost more than the memberships themselves, and
+#   the decision tests each thread's scopes against the person's anyway;
+# - devices: [device, platform, registration] of each active registration of an
+#   active device. A device without a row counts as active (its row may still be on
+#   its way); (user_id, device_id) is a device's key.
+_RECIPIENTS = (
+    "SELECT coalesce(json_object_agg(u.user_id, json_build_array(u.kind = 'human', u.active,"
+    "  (SELECT json_agg(c.key) FROM bothy.preferences p CROSS JOIN jsonb_each(p.categories) c"
+    "   WHERE p.user_id = u.user_id AND c.value = 'false'::jsonb),"
+    "  (SELECT q.doc::text FROM bothy.quiet_hours q WHERE q.user_id = u.user_id),"
+    "  ARRAY(SELECT m.scope_id FROM bothy.members m WHERE m.user_id = u.user_id),"
+    "  (SELECT json_agg(json_build_array(r.device_id, coalesce(d.platform, 'web'), r.id))"
+    "   FROM bothy.push_registrations r LEFT JOIN LATERAL (SELECT d.platform, d.state"
+    "    FROM bothy.devices d WHERE d.user_id = r.user_id AND d.device_id = r.device_id"
+    "    OFFSET 0) d ON true"
+    "   WHERE r.user_id = u.user_id AND r.invalidated_at IS NULL"
+    "   AND coalesce(d.state, 'active') = 'active'))), '{}')::text"
+    f" FROM bothy.users u WHERE u.user_id = ANY({_KEY_ARRAY})"
 )
+# The stored read positions of the group's (person, thread) pairs, as one JSON text
+# {thread: {user: last_read_seq}}, each by its key. The keys: {thread: [user, ...]}.
 _READS = (
-    "SELECT k.user_id, k.thread_id, r.last_read_seq"
-    f" FROM {_PAIR_KEYS} AS k(user_id, thread_id) CROSS JOIN LATERAL ("
-    "  SELECT r.last_read_seq FROM bothy.read_states r"
-    "  WHERE r.user_id = k.user_id AND r.thread_id = k.thread_id OFFSET 0) r"
-)
-_PEOPLE = (
-    "SELECT u.user_id, u.kind, u.active, p.categories, q.doc"
-    " FROM bothy.users u LEFT JOIN LATERAL (SELECT p.categories FROM bothy.preferences p"
-    "  WHERE p.user_id = u.user_id OFFSET 0) p ON true"
-    " LEFT JOIN LATERAL (SELECT q.doc::text FROM bothy.quiet_hours q"
-    "  WHERE q.user_id = u.user_id OFFSET 0) q ON true"
-    f" WHERE u.user_id = ANY({_KEY_ARRAY})"
-)
-# A device without a row counts as active (its row may still be on its way). A device
-# is the person's own: (user_id, device_id) is its key.
-_DEVICES = (
-    "SELECT r.user_id, r.device_id, coalesce(d.platform, 'web'), r.id"
-    " FROM bothy.push_registrations r LEFT JOIN LATERAL (SELECT d.platform, d.state"
-    "  FROM bothy.devices d WHERE d.user_id = r.user_id AND d.device_id = r.device_id"
-    "  OFFSET 0) d ON true"
-    f" WHERE r.user_id = ANY({_KEY_ARRAY}) AND r.invalidated_at IS NULL"
-    " AND coalesce(d.state, 'active') = 'active'"
-    " ORDER BY r.user_id, r.device_id, r.id"
+    "SELECT coalesce(json_object_agg(k.id, r.seqs), '{}')::text"
+    " FROM json_each(%s::json) AS k(id, users) CROSS JOIN LATERAL ("
+    "  SELECT json_object_agg(r.user_id, r.last_read_seq) AS seqs"
+    "  FROM json_array_elements_text(k.users) AS u(id) CROSS JOIN LATERAL ("
+    "   SELECT r.user_id, r.last_read_seq FROM bothy.read_states r"
+    "   WHERE r.user_id = u.id AND r.thread_id = k.id OFFSET 0) r) r"
+    " WHERE r.seqs IS NOT NULL"
 )
 _WINDOWS = (
     "SELECT k.user_id, k.thread_id, w.opened_at, w.closes_at, w.count, w.first_seq,"
@@ -226,37 +245,62 @@ def _follows(rows: Rows) -> dict[str, dict[str, Level]]:
     return out
 
 
-def _member_of(rows: Rows) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = defaultdict(set)
-    for user_id, scope_id in rows:
-        out[user_id].add(scope_id)
-    return dict(out)
-
-
-def _people(rows: Rows) -> dict[str, Person]:
-    out: dict[str, Person] = {}
-    for user_id, kind, active, categories, quiet in rows:
-        off = frozenset(k for k, v in (categories or {}).items() if v is False)
-        out[user_id] = Person(
-            kind == "human", active, off, None if quiet is None else hours_of(quiet)
-        )
-    return out
-
-
 @functools.lru_cache(maxsize=4096)
 def hours_of(doc: str) -> QuietHours:
     """The quiet hours of a stored document's JSON text (parsed once per text)."""
     return quiet_from_doc(orjson.loads(doc))
 
 
-def _devices(rows: Rows) -> dict[str, tuple[Device, ...]]:
-    per_device: dict[tuple[str, str], tuple[str, list[str]]] = {}
-    for user_id, device_id, platform, reg_id in rows:
-        per_device.setdefault((user_id, device_id), (platform, []))[1].append(reg_id)
-    out: dict[str, list[Device]] = defaultdict(list)
-    for (user_id, device_id), (platform, regs) in per_device.items():
-        out[user_id].append(Device(device_id, platform, tuple(regs)))
-    return {u: tuple(ds) for u, ds in out.items()}
+@functools.lru_cache(maxsize=1024)
+def _person(human: bool, active: bool, off: tuple[str, ...] | None, quiet: str | None) -> Person:
+    """One shared :class:`Person` per distinct set of facts: most people of a group
+    have the same few (a human, active, nothing switched off, no quiet hours)."""
+    return Person(human, active, frozenset(off or ()), None if quiet is None else hours_of(quiet))
+
+
+_PLAIN_PERSON = _person(True, True, None, None)
+
+Recipients = tuple[dict[str, Person], dict[str, tuple[Device, ...]], dict[str, list[str]]]
+
+
+def _recipients(text: str) -> Recipients:
+    """The people, devices and scopes (only those with some) of a ``_RECIPIENTS`` answer."""
+    people: dict[str, Person] = {}
+    devices: dict[str, tuple[Device, ...]] = {}
+    member_of: dict[str, list[str]] = {}
+    person, plain = _person, _PLAIN_PERSON
+    for user_id, (human, active, off, quiet, scopes, regs) in orjson.loads(text).items():
+        if human and active and off is None and quiet is None:
+            people[user_id] = plain  # the common case, without a call
+        else:
+            people[user_id] = person(human, active, None if off is None else tuple(off), quiet)
+        if scopes:
+            member_of[user_id] = scopes
+        if regs is None:
+            continue
+        if len(regs) == 1:
+            ((device_id, platform, reg_id),) = regs
+            devices[user_id] = (Device(device_id, platform, (reg_id,)),)
+        else:
+            devices[user_id] = _devices_of(regs)
+    return people, devices, member_of
+
+
+def _devices_of(regs: list[list[str]]) -> tuple[Device, ...]:
+    """A person's devices from their (device, platform, registration) triples, by
+    device, each device's registrations in order."""
+    per_device: dict[str, tuple[str, list[str]]] = {}
+    for device_id, platform, reg_id in sorted(regs):
+        per_device.setdefault(device_id, (platform, []))[1].append(reg_id)
+    return tuple(Device(d, platform, tuple(ids)) for d, (platform, ids) in per_device.items())
+
+
+def _one(cursor: Any) -> str:
+    """The one text value of a JSON read's answer."""
+    row = cursor.fetchone()
+    assert row is not None
+    text: str = row[0]
+    return text
 
 
 def _windows(rows: Rows) -> dict[tuple[str, str], Window]:
@@ -301,6 +345,24 @@ def send_follow_rows(
     return lambda: _follows(cursor.fetchall())
 
 
+def send_candidate_follows(
+    conn: Conn, mentioned: Mapping[str, Collection[str]]
+) -> Callable[[], dict[str, dict[str, Level]]]:
+    """The stored levels that decide a message whose candidates are its thread's
+    followers at level ``all`` and the mentioned: for each thread of ``mentioned``
+    (thread -> the people its messages mention), its followers at ``all`` and the
+    stored level of each mentioned person who has one (thread -> user -> level).
+    Any other stored level of the thread is left out: a caller that needs every
+    follow (``notify.default_level = "all"``, a group mention) reads
+    :func:`send_follow_rows`. Sent now, answered when the returned function is called
+    (as :func:`send_follow_rows`)."""
+    if not mentioned:
+        return lambda: defaultdict(dict)
+    keys = orjson.dumps({t: list(dict.fromkeys(us)) for t, us in mentioned.items()}).decode()
+    cursor = conn.execute(_CANDIDATE_FOLLOWS, (keys,))
+    return lambda: _follows(cursor.fetchall())
+
+
 def thread_members(conn: Conn, thread_ids: Collection[str]) -> dict[str, list[str]]:
     """thread -> the people with read access to it now (a membership names the thread,
     its channel or its space); a thread without any is absent."""
@@ -341,9 +403,9 @@ class GroupFacts:
     Attributes:
         infos: thread -> its place and sequences.
         follows: thread -> user -> stored follow level.
-        member_of: user -> the scopes among the group's threads' scopes that a
-            membership of theirs names (see :meth:`may_read`).
-        reads: (user, thread) -> stored ``last_read_seq``.
+        member_of: user -> the scopes their memberships name (see
+            :meth:`may_read`); absent: none.
+        reads: thread -> user -> stored ``last_read_seq``.
         people: user -> kind, active, categories switched off.
         devices: user -> active devices with active registrations.
         windows: (user, thread) -> stored coalescing window.
@@ -354,8 +416,8 @@ class GroupFacts:
 
     infos: dict[str, ThreadInfo]
     follows: dict[str, dict[str, Level]]
-    member_of: dict[str, set[str]]
-    reads: dict[tuple[str, str], int]
+    member_of: dict[str, list[str]]
+    reads: dict[str, dict[str, int]]
     people: dict[str, Person]
     devices: dict[str, tuple[Device, ...]]
     windows: dict[tuple[str, str], Window]
@@ -366,7 +428,7 @@ class GroupFacts:
         """Whether ``user_id`` has read access to the thread of ``info`` now: a
         membership names the thread, its channel or its space."""
         scopes = self.member_of.get(user_id)
-        return scopes is not None and not scopes.isdisjoint(info.scopes)
+        return scopes is not None and not frozenset(info.scopes).isdisjoint(scopes)
 
 
 def load_group(
@@ -390,34 +452,31 @@ def load_group(
     the database runs them. It must not use the connection.
     """
     user_keys = _keys(users)
-    # Two arrays of the pairs, read in step (``_PAIR_KEYS``), without duplicates.
     if isinstance(pairs, Mapping):
         by_thread = {t: list(dict.fromkeys(us)) for t, us in pairs.items() if us}
-        thread_list = sorted(by_thread)
-        pair_users = orjson.dumps(list(chain.from_iterable(by_thread.values()))).decode()
-        pair_threads = orjson.dumps(
-            list(chain.from_iterable(repeat(t, len(us)) for t, us in by_thread.items()))
-        ).decode()
     else:
-        pair_list = list(dict.fromkeys(pairs))
-        thread_list = sorted({t for _u, t in pair_list})
-        pair_users = orjson.dumps([p[0] for p in pair_list]).decode()
-        pair_threads = orjson.dumps([p[1] for p in pair_list]).decode()
+        by_thread = {}
+        for user_id, thread_id in dict.fromkeys(pairs):
+            by_thread.setdefault(thread_id, []).append(user_id)
+    thread_list = sorted(by_thread)
     thread_keys = _keys(thread_list)
     with conn.pipeline():
+        # The largest read first: its answer is decoded (below) while the database
+        # runs the others.
+        c_recipients = conn.execute(_RECIPIENTS, (user_keys,))
         c_threads = conn.execute(_THREADS, (thread_keys,)) if thread_list else None
         c_follows = (
             conn.execute(_FOLLOWS, (thread_keys,)) if thread_list and follows is None else None
         )
-        c_members = conn.execute(_MEMBERS, (user_keys, thread_keys)) if thread_list else None
-        c_reads = conn.execute(_READS, (pair_users, pair_threads)) if thread_list else None
-        c_people = conn.execute(_PEOPLE, (user_keys,))
-        c_devices = conn.execute(_DEVICES, (user_keys,))
-        c_windows = (
-            conn.execute(_WINDOWS, (pair_users, pair_threads))
-            if thread_list and with_windows
-            else None
-        )
+        c_reads = conn.execute(_READS, (orjson.dumps(by_thread).decode(),)) if thread_list else None
+        c_windows = None
+        if thread_list and with_windows:
+            # Two arrays of the pairs, read in step (``_PAIR_KEYS``).
+            pair_users = orjson.dumps(list(chain.from_iterable(by_thread.values()))).decode()
+            pair_threads = orjson.dumps(
+                list(chain.from_iterable(repeat(t, len(us)) for t, us in by_thread.items()))
+            ).decode()
+            c_windows = conn.execute(_WINDOWS, (pair_users, pair_threads))
         c_presence = (
             conn.execute(_PRESENCE, (user_keys, presence_since))
             if presence_since is not None
@@ -425,16 +484,17 @@ def load_group(
         )
         if meanwhile is not None:
             meanwhile()
+        people, devices, member_of = _recipients(_one(c_recipients))
     presence, holders = _presence(c_presence.fetchall()) if c_presence else ({}, {})
     return GroupFacts(
         infos=_threads(c_threads.fetchall()) if c_threads else {},
         follows=follows
         if follows is not None
         else (_follows(c_follows.fetchall()) if c_follows else defaultdict(dict)),
-        member_of=_member_of(c_members.fetchall()) if c_members else {},
-        reads={(r[0], r[1]): r[2] for r in c_reads.fetchall()} if c_reads else {},
-        people=_people(c_people.fetchall()),
-        devices=_devices(c_devices.fetchall()),
+        member_of=member_of,
+        reads=orjson.loads(_one(c_reads)) if c_reads else {},
+        people=people,
+        devices=devices,
         windows=_windows(c_windows.fetchall()) if c_windows else {},
         presence=presence,
         holders=holders,

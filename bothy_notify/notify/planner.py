@@ -244,6 +244,7 @@ class Decider:
         changed: dict[tuple[str, str], Window] = {}
         default_level = self.config.notify.default_level
         no_follows: dict[str, Level] = {}
+        no_reads: dict[str, int] = {}
 
         # Jobs stream into COPY while deciding: the database ingests on its own core.
         with self.writer.stream():
@@ -251,8 +252,9 @@ class Decider:
                 thread_id = hint.thread_id
                 info = infos.get(thread_id) if thread_id else None
                 levels = follows.get(thread_id, no_follows) if thread_id else no_follows
+                thread_reads = reads.get(thread_id, no_reads) if thread_id else no_reads
                 floor = info.unread_floor_seq if info is not None else 0
-                unread = max(0, floor)  # the read position of a recipient with no stored read
+                thread_scopes = frozenset(info.scopes) if info is not None else frozenset()
                 for user in recipients:
                     person, user_devices, user_presence = per_user[user]
                     if thread_id is None:
@@ -262,9 +264,9 @@ class Decider:
                     else:
                         # group.may_read, inlined: this loop runs once per recipient
                         scopes = member_of.get(user)
-                        access = scopes is not None and not scopes.isdisjoint(info.scopes)
+                        access = scopes is not None and not thread_scopes.isdisjoint(scopes)
                         level = levels.get(user, default_level)
-                        read_pos = max(reads.get((user, thread_id), 0), floor) if reads else unread
+                        read_pos = max(thread_reads.get(user, 0), floor)
                     recipient = RecipientFacts(
                         user,
                         person.human,
@@ -468,15 +470,24 @@ class RoundPlanner:
             if default_all
             else {e.payload["thread_id"] for e in events if e.payload.get("mention_groups")}
         )
-        with self.conn.pipeline():  # one round trip for the three
+        # Those threads need every stored level (who stored none, who stored `none`);
+        # the others only their followers at `all` and the mentioned people's levels.
+        mentioned: dict[str, set[str]] = {}
+        for e in events:
+            thread_id = e.payload["thread_id"]
+            if thread_id not in wanted:
+                mentioned.setdefault(thread_id, set()).update(e.payload.get("mentions") or ())
+        with self.conn.pipeline():  # one round trip for the four
             record_messages(
                 self.conn, [(e.payload["thread_id"], int(e.payload["thread_seq"])) for e in events]
             )
-            read_follows = facts.send_follow_rows(self.conn, thread_ids)
+            read_all = facts.send_follow_rows(self.conn, wanted)
+            read_candidates = facts.send_candidate_follows(self.conn, mentioned)
             read_members = facts.send_thread_members(self.conn, wanted)
             # The database records and reads meanwhile.
             hints = [message_hint(e.payload, self.decider.mv) for e in events]
-            follows = read_follows()
+            follows = read_candidates()
+            follows.update(read_all())
             members = read_members()
         items: list[tuple[Hint, Sequence[str], datetime]] = []
         nobody: list[str] = []

@@ -135,6 +135,7 @@ def reads(conn: psycopg.Connection[Any], people: list[str], threads: list[str]) 
     with conn.transaction(force_rollback=True):
         record_messages(conn, [(t, 5) for t in threads])
         facts.send_follow_rows(conn, threads)()
+        facts.send_candidate_follows(conn, {t: people[:50] for t in threads})()
         facts.load_group(
             conn,
             users=people,
