@@ -110,7 +110,7 @@ def job(id_: int, args: dict[str, int | str], attempt: int = 1) -> Job:
     return Job(id_, "test.push", args, attempt, 3, at, at, claim=1)
 
 
-BATCH = [
+BATCH: list[tuple[dict[str, int | str], int]] = [
     ({"nothing": 1}, 1),
     ({"token": "gone"}, 1),
     ({"token": "held"}, 1),
