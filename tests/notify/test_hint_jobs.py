@@ -9,11 +9,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from bothy_notify.config import PushConfig
 from bothy_notify.kernel.clock import to_unix_micros
 from bothy_notify.notify.domain import Delivery, Hint, Route, Via
 from bothy_notify.notify.jobs.args import PUSH_SEND, PushSendArgs
-from bothy_notify.notify.jobs.push_send import hint_age_exceeded, oldest_due
 from bothy_notify.notify.routes import FailClosedRoutes, HintJobs, JobLiveRoutes, push_jobs
 from bothy_notify.store.jobs import JobSpec, JobWriter
 from tests.job_args import assert_ids_and_integers
@@ -124,13 +122,3 @@ def test_json_args_that_need_escaping_survive_copy(database_url: str) -> None:
         conn.commit()
 
     assert stored(database_url) == [("test.work", args, NOW, 3, None)]
-
-
-def test_a_batchs_age_cutoff_expires_exactly_the_hints_older_than_max_age() -> None:
-    config = PushConfig()
-    now = datetime(2026, 3, 29, 1, 30, 0, 123_456, tzinfo=UTC)
-    oldest = oldest_due(now, config)
-    edge = to_unix_micros(now - config.max_age)
-    for due_at in (edge - 86_400_000_000, edge - 1, edge, edge + 1, to_unix_micros(now)):
-        assert (due_at < oldest) is hint_age_exceeded(due_at, now, config)
-    assert hint_age_exceeded(edge - 1, now, config) and not hint_age_exceeded(edge, now, config)

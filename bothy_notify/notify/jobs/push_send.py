@@ -41,7 +41,7 @@ from datetime import datetime
 from typing import Any
 
 from bothy_notify.config import PushConfig
-from bothy_notify.kernel.clock import from_unix_micros, to_unix_micros
+from bothy_notify.kernel.clock import from_unix_micros
 from bothy_notify.kernel.metrics import Children, Metrics
 from bothy_notify.kernel.results import Result
 from bothy_notify.kernel.values import fast_init
@@ -84,13 +84,6 @@ class HintSend:
 def hint_age_exceeded(due_at_micros: int, now: datetime, config: PushConfig) -> bool:
     """Whether a hint decided at ``due_at_micros`` is older than ``push.max_age`` now."""
     return now - from_unix_micros(due_at_micros) > config.max_age
-
-
-def oldest_due(now: datetime, config: PushConfig) -> int:
-    """The ``due_at`` (Unix microseconds) below which a hint is older than
-    ``push.max_age`` now: ``due_at < oldest_due(now, config)`` is
-    :func:`hint_age_exceeded`, with one conversion per batch instead of one per job."""
-    return to_unix_micros(now - config.max_age)
 
 
 class HintPush(PushKind[PushSendArgs, HintSend]):
@@ -138,12 +131,11 @@ class HintPush(PushKind[PushSendArgs, HintSend]):
         plans: dict[int, HintSend | SkipReason | Done] = {}
         passed: list[tuple[Job, PushSendArgs, tuple[regs.Registration, str]]] = []
         maybe_deleted: dict[int, tuple[str, str]] = {}
-        oldest = oldest_due(now, self._config)
         for job, a in claimed:
             found = still_active(loaded.get(a.registration_id), a.user_id)
             if found is None:
                 plans[job.id] = SkipReason.NO_REGISTRATION
-            elif a.due_at < oldest:  # hint_age_exceeded
+            elif hint_age_exceeded(a.due_at, now, self._config):
                 plans[job.id] = SkipReason.EXPIRED
             elif not (now_reach := reach[(a.user_id, a.thread_id)]).allowed:
                 plans[job.id] = SkipReason.NO_ACCESS
