@@ -42,20 +42,13 @@ class UnknownProvider(Exception):
 class _Channel:
     """One app of one provider: the provider object and its permits."""
 
-    __slots__ = ("label", "limiter", "permits", "provider", "self_bounded")
+    __slots__ = ("label", "limiter", "provider", "self_bounded")
 
     def __init__(self, provider: PushProvider, label: str, max_in_flight: int) -> None:
         self.provider = provider
         self.label = label
-        # A semaphore, not a CapacityLimiter: a permit belongs to no task, and taking
-        # and giving one back costs a fraction of the limiter's per send.
-        self.limiter = trio.Semaphore(max_in_flight, max_value=max_in_flight)
-        self.permits = max_in_flight
+        self.limiter = trio.CapacityLimiter(max_in_flight)
         self.self_bounded = bool(getattr(provider, "bounds_every_send", False))
-
-    def in_flight(self) -> int:
-        """Permits taken: sends in flight."""
-        return self.permits - self.limiter.value
 
 
 class Providers:
@@ -137,16 +130,16 @@ class Providers:
 
     def statistics(self) -> dict[str, int]:
         """Sends in flight per provider (all its apps)."""
-        out = {name: c.in_flight() for name, c in self._single.items()}
+        out = {name: int(c.limiter.borrowed_tokens) for name, c in self._single.items()}
         for name, apps in self._apps.items():
-            out[name] = sum(c.in_flight() for c in apps.values())
+            out[name] = sum(int(c.limiter.borrowed_tokens) for c in apps.values())
         return out
 
     def app_statistics(self) -> dict[tuple[str, str], int]:
         """Sends in flight per (provider, app label)."""
-        out = {(name, c.label): c.in_flight() for name, c in self._single.items()}
+        out = {(name, c.label): int(c.limiter.borrowed_tokens) for name, c in self._single.items()}
         for name, apps in self._apps.items():
-            out.update({(name, app): c.in_flight() for app, c in apps.items()})
+            out.update({(name, app): int(c.limiter.borrowed_tokens) for app, c in apps.items()})
         return out
 
     def stop_sending_at(self, when: float) -> None:
