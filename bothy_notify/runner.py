@@ -652,12 +652,7 @@ class JobRunner:
             # Noted before anything awaits: from here on a stop records this result
             # rather than giving the job back, even while the send below waits.
             self._reported[job.fence] = (job, result)
-            try:
-                # The common case: room in the channel, and no turn of the loop given up
-                # per job (a checkpoint here was a reschedule of every push's task).
-                self._results_send.send_nowait((job, result))
-            except trio.WouldBlock:
-                await self._results_send.send((job, result))
+            await self._results_send.send((job, result))
             # Handed to the completer: the slot is free for the next claim, while the
             # job stays in _in_flight (renewed) until recorded.
             self._running -= 1
@@ -722,7 +717,6 @@ class JobRunner:
         lost = 0
         self._records += 1
         self._recorded += len(batch)
-        counts: dict[tuple[str, str], int] = {}
         for job, result in batch:
             self._in_flight.pop(job.fence, None)
             self._reported.pop(job.fence, None)
@@ -734,10 +728,7 @@ class JobRunner:
                 label = result.result
             else:
                 label = type(result).__name__.lower()
-            key = (job.kind, label)
-            counts[key] = counts.get(key, 0) + 1
-        for (kind, label), count in counts.items():
-            self._finished(kind, label).inc(count)
+            self._finished(job.kind, label).inc()
         if lost:
             self.lost_leases += lost
             log.warning(
