@@ -28,7 +28,11 @@ strikes, invalidation, ``bothy_push_sends_total``) or a topic recipient's
 1. Parse every claimed job; malformed args fail that job (``malformed_args``,
    logged with the kind only).
 2. Plan the batch (``plan_writes``: in one transaction; else each statement on
-   its own, which saves BEGIN and COMMIT for checks that only read).
+   its own, which saves BEGIN and COMMIT for checks that only read). Steps 1 and
+   2 run in the runner's claim call, right after the claim on its connection
+   (:meth:`PushJobHandler.check`, a ``runner.ChecksAtClaim``): the jobs come to
+   the handler planned, with no worker-thread hop of their own. Should the
+   checks fail there, the handler runs them itself.
 3. Report the skips (counted in ``bothy_push_skipped_total``) and the finished
    results; send the planned jobs concurrently.
 4. A send waits at most :data:`PERMIT_WAIT` for a permit of its provider's
@@ -51,6 +55,7 @@ import logging
 import random
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -67,6 +72,7 @@ from bothy_notify.runner import (
     Done,
     Effect,
     Fail,
+    JobHandler,
     Report,
     retry_or_fail,
 )
@@ -200,23 +206,56 @@ class PushJobHandler(Generic[A, P]):
         """Plan ``jobs`` in one database call, then send the planned ones concurrently;
         every job is reported once. Cancellation: the sends in flight are cancelled
         and their jobs are left unreported (the runner gives them back)."""
-        push = self.push
         now = self._clock.now()
+        parsed = self._parse(jobs)
+        plans: dict[int, P | SkipReason | Done] = {}
+        if parsed.claimed:
+            plans = await self._db.run(
+                lambda conn: self.push.plan(conn, parsed.claimed, now),
+                transaction=self.push.plan_writes,
+            )
+        await self._run_planned(PushChecks(parsed.claimed, parsed.malformed, plans), report)
+
+    def check(self, conn: Conn, jobs: Sequence[Job], now: datetime) -> PushChecks[A, P]:
+        """Steps 1 and 2 for ``jobs`` in the runner's claim call (``runner.ChecksAtClaim``):
+        blocking, on the claim's connection, whose statements each commit on their own;
+        a kind whose plan writes plans in a transaction of its own."""
+        parsed = self._parse(jobs)
+        plans: dict[int, P | SkipReason | Done] = {}
+        if parsed.claimed:
+            if self.push.plan_writes:
+                with conn.transaction():
+                    plans = self.push.plan(conn, parsed.claimed, now)
+            else:
+                plans = self.push.plan(conn, parsed.claimed, now)
+        return PushChecks(parsed.claimed, parsed.malformed, plans)
+
+    def checked(self, checks: PushChecks[A, P]) -> JobHandler:
+        """A handler for the jobs :meth:`check` planned: it sends them without a
+        database call of its own (a job it was not given a plan for is run as usual)."""
+        return _CheckedPushes(self, checks)
+
+    def _parse(self, jobs: Sequence[Job]) -> PushChecks[A, P]:
+        """Step 1: the jobs whose args parse (with their args), and the others."""
+        parse = self.push.parse
         claimed: list[tuple[Job, A]] = []
+        malformed: list[Job] = []
         for job in jobs:
-            args = push.parse(job.args)
+            args = parse(job.args)
             if args is None:
-                log.error("a push job has malformed args; failed", extra={"kind": self.kind})
-                await report(job, Fail(MALFORMED_ARGS))
+                malformed.append(job)
             else:
                 claimed.append((job, args))
-        if not claimed:
-            return
-        plans = await self._db.run(
-            lambda conn: push.plan(conn, claimed, now), transaction=push.plan_writes
-        )
+        return PushChecks(claimed, malformed, {})
+
+    async def _run_planned(self, checks: PushChecks[A, P], report: Report) -> None:
+        """Step 3: report the malformed, the skips and the finished; send the planned."""
+        for job in checks.malformed:
+            log.error("a push job has malformed args; failed", extra={"kind": self.kind})
+            await report(job, Fail(MALFORMED_ARGS))
+        plans = checks.plans
         async with trio.open_nursery() as nursery:
-            for job, _args in claimed:
+            for job, _args in checks.claimed:
                 plan = plans[job.id]
                 if isinstance(plan, SkipReason):
                     self._metrics.skip(plan)
@@ -252,3 +291,36 @@ class PushJobHandler(Generic[A, P]):
             if delivered is not None:
                 effect = delivered
         await report(job, Done(RESULTS[kind], effect))
+
+
+@dataclass(frozen=True, slots=True)
+class PushChecks(Generic[A, P]):
+    """What a batch's checks found (:meth:`PushJobHandler.check`): the jobs whose args
+    parsed, with them; the jobs whose args did not; each parsed job's plan by id."""
+
+    claimed: list[tuple[Job, A]]
+    malformed: list[Job]
+    plans: dict[int, P | SkipReason | Done]
+
+    def __repr__(self) -> str:
+        return f"PushChecks(jobs={len(self.claimed) + len(self.malformed)})"
+
+
+class _CheckedPushes(Generic[A, P]):
+    """:class:`PushJobHandler` for jobs whose checks ran at their claim."""
+
+    def __init__(self, handler: PushJobHandler[A, P], checks: PushChecks[A, P]) -> None:
+        self.kind = handler.kind
+        self._handler = handler
+        self._checks = checks
+
+    def __repr__(self) -> str:
+        return f"_CheckedPushes({self.kind!r}, {self._checks!r})"
+
+    async def run_batch(self, jobs: Sequence[Job], report: Report) -> None:
+        checks = self._checks
+        given = {job.id for job, _args in checks.claimed} | {job.id for job in checks.malformed}
+        unchecked = [job for job in jobs if job.id not in given]
+        await self._handler._run_planned(checks, report)
+        if unchecked:
+            await self._handler.run_batch(unchecked, report)
