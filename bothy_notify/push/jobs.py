@@ -207,19 +207,14 @@ class PushJobHandler(Generic[A, P]):
         every job is reported once. Cancellation: the sends in flight are cancelled
         and their jobs are left unreported (the runner gives them back)."""
         now = self._clock.now()
-        parsed = self._parse(jobs)
-        plans: dict[int, P | SkipReason | Done] = {}
-        if parsed.claimed:
-            plans = await self._db.run(
-                lambda conn: self.push.plan(conn, parsed.claimed, now),
-                transaction=self.push.plan_writes,
-            )
-        await self._run_planned(PushChecks(parsed.claimed, parsed.malformed, plans), report)
+        checks = await self._db.run(lambda conn: self.check(conn, jobs, now), transaction=False)
+        await self._run_planned(checks, report)
 
     def check(self, conn: Conn, jobs: Sequence[Job], now: datetime) -> PushChecks[A, P]:
-        """Steps 1 and 2 for ``jobs`` in the runner's claim call (``runner.ChecksAtClaim``):
-        blocking, on the claim's connection, whose statements each commit on their own;
-        a kind whose plan writes plans in a transaction of its own."""
+        """Steps 1 and 2 for ``jobs``: in the runner's claim call (``runner.ChecksAtClaim``),
+        on the claim's connection, or from :meth:`run_batch`. Blocking, on a connection
+        whose statements each commit on their own; a kind whose plan writes plans in a
+        transaction of its own."""
         parsed = self._parse(jobs)
         plans: dict[int, P | SkipReason | Done] = {}
         if parsed.claimed:
