@@ -235,29 +235,23 @@ class Database:
         started = trio.current_time()
         probe = self._may_try()
         try:
-            if probe:
-                try:
-                    result = await trio.to_thread.run_sync(
-                        partial(
-                            self.run_sync,
-                            fn,
-                            transaction=transaction,
-                            bulk=bulk,
-                            wait=self.probe_wait(),
-                        ),
-                        limiter=self._probe_limiter,
-                    )
-                finally:
-                    self._probing = False
-            else:
-                result = await trio.to_thread.run_sync(
-                    partial(self.run_sync, fn, transaction=transaction, bulk=bulk),
-                    limiter=self.limiter,
-                )
+            result = await trio.to_thread.run_sync(
+                partial(
+                    self.run_sync,
+                    fn,
+                    transaction=transaction,
+                    bulk=bulk,
+                    wait=self.probe_wait() if probe else None,
+                ),
+                limiter=self._probe_limiter if probe else self.limiter,
+            )
         except StoreUnavailable as exc:
             if isinstance(exc, StoreTimeout) or isinstance(exc.__cause__, PoolTimeout):
                 self._unreachable(started)
             raise
+        finally:
+            if probe:
+                self._probing = False
         self._answered()
         return result
 
