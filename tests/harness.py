@@ -75,6 +75,21 @@ def ev(type_: str, **payload: Any) -> dict[str, Any]:
     return {"type": type_, "payload": payload}
 
 
+def two_followed_threads() -> list[dict[str, Any]]:
+    """Alex and Sam, members of space s1; threads t1 and t2 in it, both followed by
+    Alex at level ``all`` (Sam writes there in the tests that use it)."""
+    return [
+        ev("user.upserted", user_id="alex", kind="human", active=True),
+        ev("user.upserted", user_id="sam", kind="human", active=True),
+        ev("member.added", user_id="alex", scope_id="s1"),
+        ev("member.added", user_id="sam", scope_id="s1"),
+        ev("thread.upserted", thread_id="t1", space_id="s1"),
+        ev("thread.upserted", thread_id="t2", space_id="s1"),
+        ev("thread.followed", user_id="alex", thread_id="t1", level="all"),
+        ev("thread.followed", user_id="alex", thread_id="t2", level="all"),
+    ]
+
+
 @dataclass
 class Node:
     """A running daemon and the means to drive and observe it."""

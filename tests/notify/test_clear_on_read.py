@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bothy_notify.store import marks
-from tests.harness import Launch, Node, device_token, ev, make_config
+from tests.harness import Launch, Node, device_token, ev, make_config, two_followed_threads
 
 NO_COALESCING = {"coalesce_window": "0s"}
 
@@ -19,16 +19,7 @@ NO_COALESCING = {"coalesce_window": "0s"}
 async def people(node: Node) -> None:
     """Alex follows t1 and t2 (level all) in space s1; Sam writes there. Alex's phone
     and desktop are registered."""
-    await node.append(
-        ev("user.upserted", user_id="alex", kind="human", active=True),
-        ev("user.upserted", user_id="sam", kind="human", active=True),
-        ev("member.added", user_id="alex", scope_id="s1"),
-        ev("member.added", user_id="sam", scope_id="s1"),
-        ev("thread.upserted", thread_id="t1", space_id="s1"),
-        ev("thread.upserted", thread_id="t2", space_id="s1"),
-        ev("thread.followed", user_id="alex", thread_id="t1", level="all"),
-        ev("thread.followed", user_id="alex", thread_id="t2", level="all"),
-    )
+    await node.append(*two_followed_threads())
     await node.register("alex", "alex-phone", "phone-token")
     await node.register("alex", "alex-desk", "desk-token", platform="macos")
 

@@ -13,23 +13,14 @@ import trio
 
 from gateway.service import build_gateway
 from tests.gateway.client import connect_live
-from tests.harness import Launch, Node, device_token, ev, make_config
+from tests.harness import Launch, Node, device_token, ev, make_config, two_followed_threads
 
 
 async def world(launch: Launch, **push: Any) -> Node:
     """Alex follows t1 and t2 (level all) with a phone; Sam writes there. The node
     runs the real gateway."""
     node = await launch(gateway_factory=build_gateway, config=make_config(push=push))
-    await node.append(
-        ev("user.upserted", user_id="alex", kind="human", active=True),
-        ev("user.upserted", user_id="sam", kind="human", active=True),
-        ev("member.added", user_id="alex", scope_id="s1"),
-        ev("member.added", user_id="sam", scope_id="s1"),
-        ev("thread.upserted", thread_id="t1", space_id="s1"),
-        ev("thread.upserted", thread_id="t2", space_id="s1"),
-        ev("thread.followed", user_id="alex", thread_id="t1", level="all"),
-        ev("thread.followed", user_id="alex", thread_id="t2", level="all"),
-    )
+    await node.append(*two_followed_threads())
     await node.register("alex", "alex-phone", "phone-token")
     return node
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from tests.api.test_admin import status
 from tests.fake_gateway import FakeGateway, gateway_factory
-from tests.harness import Launch, Node, device_token, ev, make_config
+from tests.harness import Launch, Node, device_token, ev, make_config, two_followed_threads
 
 DELAY = 120.0
 """``notify.mobile_delay_when_desktop_active`` of the test configuration."""
@@ -27,16 +27,7 @@ DELAY = 120.0
 async def world(node: Node) -> None:
     """Alex follows t1 and t2 (level all) in space s1, with a phone (``alex-token``);
     Sam writes there."""
-    await node.append(
-        ev("user.upserted", user_id="alex", kind="human", active=True),
-        ev("user.upserted", user_id="sam", kind="human", active=True),
-        ev("member.added", user_id="alex", scope_id="s1"),
-        ev("member.added", user_id="sam", scope_id="s1"),
-        ev("thread.upserted", thread_id="t1", space_id="s1"),
-        ev("thread.upserted", thread_id="t2", space_id="s1"),
-        ev("thread.followed", user_id="alex", thread_id="t1", level="all"),
-        ev("thread.followed", user_id="alex", thread_id="t2", level="all"),
-    )
+    await node.append(*two_followed_threads())
     await node.register("alex", "alex-phone", "alex-token")
     await node.settle()
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.fake_gateway import FakeGateway, gateway_factory
-from tests.harness import Launch, Node, device_token, ev, make_config
+from tests.harness import Launch, Node, device_token, ev, make_config, two_followed_threads
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 """The fake clock's start: a Monday, 09:00 UTC (10:00 in Berlin)."""
@@ -26,16 +26,7 @@ async def start(launch: Launch) -> tuple[Node, FakeGateway]:
     """Alex follows t1 and t2 in s1, with a registered phone and a live desktop."""
     gateway = FakeGateway()
     node = await launch(config=make_config(**CONFIG), gateway_factory=gateway_factory(gateway))
-    await node.append(
-        ev("user.upserted", user_id="alex", kind="human", active=True),
-        ev("user.upserted", user_id="sam", kind="human", active=True),
-        ev("member.added", user_id="alex", scope_id="s1"),
-        ev("member.added", user_id="sam", scope_id="s1"),
-        ev("thread.upserted", thread_id="t1", space_id="s1"),
-        ev("thread.upserted", thread_id="t2", space_id="s1"),
-        ev("thread.followed", user_id="alex", thread_id="t1", level="all"),
-        ev("thread.followed", user_id="alex", thread_id="t2", level="all"),
-    )
+    await node.append(*two_followed_threads())
     await node.register("alex", "alex-phone", "phone-token")
     await node.settle()
     gateway.live("alex", "alex-desk")
